@@ -1,0 +1,1 @@
+"""swarmling node."""

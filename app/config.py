@@ -1,0 +1,195 @@
+"""Configuration: a TOML file, environment variables and CLI flags, checked against one schema.
+
+Precedence: CLI (`--set section.key=value` and dedicated flags) > environment
+(`SWARMLING_SECTION__KEY=value`) > the config file > built-in defaults. Keys left unset (None)
+get per-hardware defaults later (see `defaults.py`). Unknown keys and bad values are errors that
+name the key, where the value came from, and what is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "SWARMLING_"
+# Environment variables that are not config keys.
+ENV_NOT_KEYS = {"SWARMLING_HOME", "SWARMLING_CACHE_DIR", "SWARMLING_CONFIG"}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    # A shipped model's name (see `swarmling doctor`) or a path to a local .gguf file.
+    name: str = "smollm2-135m"
+
+
+class BackendSection(_Section):
+    kind: Literal["auto", "cpu"] = "auto"
+    threads: int | None = Field(default=None, ge=1, le=1024)
+
+
+class RoundSection(_Section):
+    preset: str = "starter"
+    questions: int | None = Field(default=None, ge=1, le=256)  # Q: questions sampled per round
+    completions: int | None = Field(default=None, ge=2, le=64)  # G: completions per question
+    max_new_tokens: int | None = Field(default=None, ge=4, le=8192)
+    temperature: float = Field(default=1.0, gt=0.05, le=2.0)
+    # I local + J external question-groups trained on per round (the paper's best: 4 / 4).
+    local_groups: int | None = Field(default=None, ge=0, le=256)
+    external_groups: int = Field(default=0, ge=0, le=256)
+
+
+class TrainSection(_Section):
+    learning_rate: float = Field(default=2e-4, gt=0, le=1.0)
+    lora_r: int = Field(default=16, ge=1, le=1024)
+    lora_alpha: float = Field(default=32.0, gt=0)
+    lora_dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    clip_low: float = Field(default=0.2, ge=0, lt=1)
+    clip_high: float = Field(default=0.28, ge=0, le=10)
+    # Truncated importance weight pi_trainer / pi_sampler, capped here; 0 switches it off.
+    importance_cap: float = Field(default=2.0, ge=0, le=100)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    microbatch_tokens: int | None = Field(default=None, ge=64)
+
+    @field_validator("target_modules")
+    @classmethod
+    def _non_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("name at least one module, e.g. ['q_proj', 'v_proj']")
+        return value
+
+
+class RewardSection(_Section):
+    # Pre-start every reply with "<answer>" so that a tiny model answers in the scored format.
+    prefill_answer: bool = True
+    # Bonus for a well-formed <answer>…</answer>, scaled by (1 - the node's tag rate): it fades
+    # as the format is learnt, and is never enough to make a wrong answer beat a right one.
+    format_bonus: float = Field(default=0.5, ge=0, le=1)
+
+
+class CheckpointSection(_Section):
+    keep: int = Field(default=3, ge=1, le=1000)
+
+
+class RunSection(_Section):
+    # What Ctrl-C / SIGTERM does to the round in flight: drop it now, or finish it first.
+    on_stop: Literal["abandon", "finish"] = "abandon"
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+
+
+class Config(_Section):
+    model: ModelSection = ModelSection()
+    backend: BackendSection = BackendSection()
+    round: RoundSection = RoundSection()
+    train: TrainSection = TrainSection()
+    reward: RewardSection = RewardSection()
+    checkpoint: CheckpointSection = CheckpointSection()
+    run: RunSection = RunSection()
+
+
+class ConfigError(ValueError):
+    """A message for the user: which key, where it came from, what is accepted."""
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+
+def parse_value(text: str) -> Any:
+    """A value as TOML would read it (4, 0.5, true, ["a", "b"]), else the plain string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _set_path(tree: dict, dotted: str, value: Any, origin: str, origins: dict[str, str]) -> None:
+    parts = [p for p in dotted.split(".") if p]
+    if len(parts) != 2:
+        raise ConfigError(f"{origin}: {dotted!r} is not a key; use section.key, e.g. round.questions")
+    section, key = parts
+    tree.setdefault(section, {})
+    if not isinstance(tree[section], dict):
+        raise ConfigError(f"{origin}: [{section}] must be a table")
+    tree[section][key] = value
+    origins[f"{section}.{key}"] = origin
+
+
+def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
+    out = []
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_KEYS:
+            continue
+        dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+        out.append((dotted, parse_value(raw), f"environment variable {name}"))
+    return out
+
+
+def load_config(
+    file: Path | None,
+    environ: Mapping[str, str] | None = None,
+    cli: list[tuple[str, Any]] | None = None,
+) -> Config:
+    tree: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    if file is not None and file.exists():
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+        for section, table in data.items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"{file}: top-level key {section!r} must be a [section]; sections: {_sections()}")
+            for key, value in table.items():
+                _set_path(tree, f"{section}.{key}", value, f"{file}", origins)
+    for dotted, value, origin in env_overrides(os.environ if environ is None else environ):
+        _set_path(tree, dotted, value, origin, origins)
+    for dotted, value in cli or []:
+        _set_path(tree, dotted, value, "command line", origins)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, origins)) from None
+
+
+def _sections() -> str:
+    return ", ".join(Config.model_fields)
+
+
+def _explain(exc: ValidationError, origins: dict[str, str]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc[:2])
+        origin = origins.get(key, "")
+        where = f" (from {origin})" if origin else ""
+        if err["type"] == "extra_forbidden":
+            if len(loc) == 1:
+                lines.append(f"unknown section [{loc[0]}]{where}; sections are: {_sections()}")
+            else:
+                section = Config.model_fields.get(loc[0])
+                accepted = ", ".join(section.annotation.model_fields) if section else ""
+                lines.append(f"unknown key {key}{where}; keys in [{loc[0]}] are: {accepted}")
+            continue
+        got = err.get("input")
+        lines.append(f"{key}{where}: {err['msg']} (got {got!r})")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def describe_keys() -> str:
+    """All keys with their defaults, for `swarmling config --keys` and error hints."""
+    out = []
+    for section, field in Config.model_fields.items():
+        out.append(f"[{section}]")
+        for key, f in field.annotation.model_fields.items():
+            default = "auto (per hardware)" if f.default is None else repr(f.default)
+            out.append(f"  {key} = {default}")
+    return "\n".join(out)

@@ -1,0 +1,159 @@
+"""The one small interface every backend implements (CPU/llama.cpp+torch, CUDA, MLX).
+
+The node only ever talks to a backend through this module's types, so a backend can be swapped
+without touching the round. Data flows one way: prompts in, completions (with the sampler's
+per-token logprobs) out; training samples in, statistics out; the adapter is then handed from
+the trainer to the generator with `hand_off()`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """One conversation to complete. `prefill` pre-starts the assistant's reply (e.g. "<answer>")."""
+
+    system: str
+    user: str
+    prefill: str = ""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    # Generation of a sequence stops once its decoded text contains one of these.
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+
+FinishReason = Literal["stop", "eos", "length", "abandoned"]
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int]
+    # log pi_sampler(token) of each sampled token, at the sampling temperature.
+    logprobs: list[float]
+    finish_reason: FinishReason
+
+
+@dataclass
+class GenerationResult:
+    prompt_ids: list[list[int]]  # [prompt] -> token ids of the rendered prompt (with prefill)
+    completions: list[list[Completion]]  # [prompt][g]
+    seconds: float
+    prefill_tokens: int
+    generated_tokens: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class TrainSample:
+    """One completion to learn from. Token ids are the trainer's own tokenizer's."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    # The sampler's per-token logprobs when this node sampled the completion itself; None for
+    # completions re-tokenised from text (external rollouts).
+    behaviour_logprobs: list[float] | None = None
+    # pi_old per token when the caller has it (several updates per round, tests); otherwise the
+    # trainer takes its current policy as pi_old, which is exact for one update per round.
+    old_logprobs: list[float] | None = None
+
+
+@dataclass
+class TrainStats:
+    loss: float
+    tokens: int
+    samples: int
+    seconds: float
+    grad_norm: float
+    clip_fraction: float  # share of tokens whose ratio was clipped
+    ratio_mean: float
+    # Sampler/trainer disagreement on local samples: mean |log pi_train - log pi_sampler| and the
+    # share of tokens whose ratio pi_train/pi_sampler falls outside [0.8, 1.2].
+    sampler_logprob_gap: float = 0.0
+    sampler_ratio_outside: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str  # "cpu", "cuda", "mlx"
+    device: str  # human-readable, e.g. "x86_64 CPU, 2 threads"
+    model: str
+    memory_bytes: int  # resident memory the backend is responsible for, best effort
+    generator: str = ""
+    trainer: str = ""
+
+
+StopCheck = Callable[[], bool]
+
+
+class Backend(abc.ABC):
+    """Generate with logprobs, take a training step, save/load the adapter, describe itself."""
+
+    @abc.abstractmethod
+    def info(self) -> BackendInfo: ...
+
+    @abc.abstractmethod
+    def encode_prompt(self, prompt: ChatPrompt) -> list[int]:
+        """Token ids of the prompt rendered with the model's chat template (prefill included)."""
+
+    @abc.abstractmethod
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of plain text (no special tokens), e.g. to re-tokenise an external completion."""
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        n: int,
+        params: SamplingParams,
+        should_stop: StopCheck | None = None,
+    ) -> GenerationResult:
+        """`n` completions for each prompt. If `should_stop()` turns true the call returns early with
+        the unfinished completions marked "abandoned"."""
+
+    @abc.abstractmethod
+    def train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None) -> TrainStats:
+        """One GRPO policy update on the batch. Raises `Abandoned` (and leaves the weights untouched)
+        if `should_stop()` turns true before the update is applied."""
+
+    @abc.abstractmethod
+    def hand_off(self) -> float:
+        """Make the generator sample from the freshly trained policy; returns seconds spent."""
+
+    @abc.abstractmethod
+    def save_state(self, directory: Path) -> None:
+        """Write adapter + optimizer state into an existing, empty directory."""
+
+    @abc.abstractmethod
+    def load_state(self, directory: Path) -> None:
+        """Restore what `save_state` wrote, then hand the adapter to the generator."""
+
+    @abc.abstractmethod
+    def save_adapter(self, directory: Path) -> None:
+        """Write the LoRA adapter alone, in the portable checkpoint format."""
+
+    @abc.abstractmethod
+    def load_adapter(self, directory: Path) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release native resources."""
+
+
+class Abandoned(Exception):
+    """The work in flight was abandoned on request (shutdown); nothing was changed."""

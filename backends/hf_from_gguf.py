@@ -1,0 +1,66 @@
+"""Turn a GGUF file into a Hugging Face (fp32 safetensors) folder once, and cache it.
+
+transformers can dequantize a GGUF into a torch model, so the file llama.cpp samples from is the
+very file the trainer learns on. Doing it costs about a minute on a small CPU, so the result is
+saved once under the cache dir (keyed by the GGUF's size, mtime and a hash of its head) and later
+loads take about a second. `save_pretrained` refuses GGUF-loaded models ("quantized with gguf and
+is not serializable"); detaching the quantizer first is the documented-by-practice workaround.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MARKER = "swarmling-conversion.json"
+
+
+def gguf_fingerprint(gguf: Path) -> str:
+    st = gguf.stat()
+    h = hashlib.sha256(f"{gguf.name}:{st.st_size}".encode())
+    with gguf.open("rb") as f:  # the header + metadata + first tensors: enough to tell files apart
+        h.update(f.read(4 << 20))
+        f.seek(max(0, st.st_size - (4 << 20)))
+        h.update(f.read(4 << 20))
+    return h.hexdigest()[:16]
+
+
+def converted_folder(gguf: Path, cache_dir: Path) -> Path:
+    """The cached HF folder for `gguf`, converting it first if needed (atomic: temp dir + rename)."""
+    gguf = Path(gguf).resolve()
+    target = cache_dir / "hf-models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
+    if (target / MARKER).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.info("converting %s to a torch checkpoint (once; about a minute on a small CPU)", gguf.name)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        _convert(gguf, tmp)
+        (tmp / MARKER).write_text(json.dumps({"source": str(gguf), "fingerprint": gguf_fingerprint(gguf)}))
+        if target.exists():  # a half-written folder from a crash (no marker): replace it
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)

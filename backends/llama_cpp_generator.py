@@ -1,0 +1,349 @@
+"""Batched sampling with per-token logprobs on llama.cpp's low-level API, with LoRA hot-swap.
+
+Why the low-level API: the high-level `Llama` object samples one sequence at a time and its
+`logprobs=` option needs `logits_all=True` (≈ 9 tok/s here). Instead all completions of a round
+share one context (`kv_unified`, one sequence id each): every prompt is decoded once and its KV
+cells are shared with its G completions by `llama_memory_seq_cp`, then each step decodes one
+token for every live sequence in a single `llama_decode`. Sampling happens in numpy on the whole
+(live sequences × vocab) logits matrix, which gives the exact logprob of each sampled token
+for the cost of one softmax per row.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import llama_cpp as lc
+import numpy as np
+
+from .base import Completion, GenerationResult, SamplingParams, StopCheck
+
+_LOG_LOCK = threading.Lock()
+_LOG_CALLBACK = None
+
+
+def _silence_llama_logs() -> None:
+    """llama.cpp prints model-loading chatter to stderr; the node has its own logging."""
+    global _LOG_CALLBACK
+    with _LOG_LOCK:
+        if _LOG_CALLBACK is None:
+            _LOG_CALLBACK = lc.llama_log_callback(lambda level, text, user_data: None)
+            lc.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+            lc.llama_backend_init()
+
+
+class LlamaCppError(RuntimeError):
+    pass
+
+
+@dataclass
+class _Seq:
+    prompt_index: int
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)
+    finish: str | None = None
+
+
+class LlamaCppGenerator:
+    def __init__(self, gguf_path: Path, threads: int) -> None:
+        _silence_llama_logs()
+        self.path = Path(gguf_path)
+        self.threads = max(1, int(threads))
+        params = lc.llama_model_default_params()
+        params.n_gpu_layers = 0
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._model:
+            raise LlamaCppError(f"llama.cpp could not load {self.path} (not a GGUF model, or unsupported)")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+        template = lc.llama_model_chat_template(self._model, None)
+        self.chat_template = template.decode("utf-8") if template else None
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
+        self._ctx = None
+        self._ctx_cells = 0
+        self._ctx_seqs = 0
+        self._ctx_batch = 0
+        self._adapter = None
+        self._adapter_path: Path | None = None
+        self._piece_cache: dict[int, bytes] = {}
+
+    # ---- model facts -------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    @property
+    def model_bytes(self) -> int:
+        return int(lc.llama_model_size(self._model))
+
+    def token_text(self, token: int) -> str:
+        return self._piece(token, special=True).decode("utf-8", "replace")
+
+    # ---- tokens ------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = False, parse_special: bool = False) -> list[int]:
+        raw = text.encode("utf-8")
+        cap = len(raw) + 8
+        out = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, raw, len(raw), out, cap, add_bos, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            out = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, raw, len(raw), out, cap, add_bos, parse_special)
+        return list(out[:n])
+
+    def tokenize_prompt(self, rendered: str) -> list[int]:
+        """A rendered chat prompt: its special tokens are real tokens, BOS as the model wants."""
+        return self.tokenize(rendered, add_bos=self.add_bos, parse_special=True)
+
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        key = token if not special else -token - 1
+        cached = self._piece_cache.get(key)
+        if cached is None:
+            buf = ctypes.create_string_buffer(256)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            cached = buf.raw[: max(n, 0)]
+            self._piece_cache[key] = cached
+        return cached
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self._piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self._vocab, token))
+
+    # ---- context -----------------------------------------------------------------------------
+    def _ensure_context(self, cells: int, seqs: int, batch: int) -> None:
+        if self._ctx is not None and cells <= self._ctx_cells and seqs <= self._ctx_seqs and batch <= self._ctx_batch:
+            lc.llama_memory_clear(lc.llama_get_memory(self._ctx), True)
+            return
+        self._free_context()
+        params = lc.llama_context_default_params()
+        # Round sizes up so that slightly bigger rounds reuse the context.
+        params.n_ctx = max(512, -(-cells // 256) * 256)
+        params.n_batch = max(64, batch)
+        params.n_ubatch = min(512, params.n_batch)
+        params.n_seq_max = max(1, seqs)
+        params.kv_unified = True
+        params.n_threads = self.threads
+        params.n_threads_batch = self.threads
+        params.no_perf = True
+        ctx = lc.llama_init_from_model(self._model, params)
+        if not ctx:
+            raise LlamaCppError(
+                f"llama.cpp could not create a context for {seqs} sequences / {cells} tokens: "
+                "lower round.questions, round.completions or round.max_new_tokens"
+            )
+        self._ctx, self._ctx_cells, self._ctx_seqs, self._ctx_batch = ctx, params.n_ctx, params.n_seq_max, params.n_batch
+        self._apply_adapter()
+
+    def _free_context(self) -> None:
+        if self._ctx is not None:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+
+    # ---- LoRA hot-swap -----------------------------------------------------------------------
+    def set_adapter(self, path: Path | None) -> None:
+        """Swap the LoRA adapter without reloading the base weights (None removes it)."""
+        new = None
+        if path is not None:
+            new = lc.llama_adapter_lora_init(self._model, str(path).encode())
+            if not new:
+                raise LlamaCppError(f"llama.cpp rejected the LoRA adapter {path}")
+        old, self._adapter, self._adapter_path = self._adapter, new, path
+        self._apply_adapter()
+        if old is not None:
+            lc.llama_adapter_lora_free(old)
+
+    def _apply_adapter(self) -> None:
+        if self._ctx is None:
+            return
+        if self._adapter is None:
+            rc = lc.llama_set_adapters_lora(self._ctx, None, 0, None)
+        else:
+            adapters = (lc.llama_adapter_lora_p_ctypes * 1)(self._adapter)
+            scales = (ctypes.c_float * 1)(1.0)  # llama.cpp multiplies by alpha/r itself, as peft does
+            rc = lc.llama_set_adapters_lora(self._ctx, adapters, 1, scales)
+        if rc != 0:
+            raise LlamaCppError(f"llama_set_adapters_lora failed ({rc})")
+        lc.llama_memory_clear(lc.llama_get_memory(self._ctx), True)
+
+    # ---- decoding ----------------------------------------------------------------------------
+    def _decode(self, batch, entries: list[tuple[int, int, int, bool]]) -> None:
+        """entries: (token, pos, seq_id, want_logits)."""
+        batch.n_tokens = len(entries)
+        for i, (tok, pos, seq, want) in enumerate(entries):
+            batch.token[i] = tok
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = 1 if want else 0
+        rc = lc.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise LlamaCppError(f"llama_decode failed ({rc}): the context is too small for this round")
+
+    def _logits(self, rows: int) -> np.ndarray:
+        ptr = lc.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+
+    def prompt_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Logits at every position of one token sequence (for tests and diagnostics)."""
+        n = len(token_ids)
+        self._ensure_context(n + 8, 1, n)
+        batch = lc.llama_batch_init(n, 0, 1)
+        try:
+            self._decode(batch, [(t, i, 0, True) for i, t in enumerate(token_ids)])
+            return self._logits(n).copy()
+        finally:
+            lc.llama_batch_free(batch)
+            lc.llama_memory_clear(lc.llama_get_memory(self._ctx), True)
+
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        n: int,
+        params: SamplingParams,
+        should_stop: StopCheck | None = None,
+    ) -> GenerationResult:
+        if params.temperature <= 0:
+            raise ValueError("temperature must be > 0 (RL needs the sampling distribution's logprobs)")
+        start = time.perf_counter()
+        rng = np.random.default_rng(params.seed)
+        n_prompts = len(prompt_ids)
+        n_seqs = n_prompts * n
+        prompt_tokens = sum(len(p) for p in prompt_ids)
+        cells = prompt_tokens + n_seqs * (params.max_new_tokens + 1) + 16
+        max_prompt = max(len(p) for p in prompt_ids)
+        batch_cap = max(n_seqs, max_prompt)
+        self._ensure_context(cells, n_seqs, batch_cap)
+        memory = lc.llama_get_memory(self._ctx)
+        stops = [s.encode("utf-8") for s in params.stop]
+        seqs = [_Seq(prompt_index=i // n) for i in range(n_seqs)]
+        batch = lc.llama_batch_init(batch_cap, 0, 1)
+        try:
+            # Prefill: each prompt once (as the sequence of its first completion), several prompts
+            # per llama_decode call while they fit in the batch.
+            logits_by_prompt: dict[int, np.ndarray] = {}
+            pending: list[int] = []
+            used = 0
+            for p, ids in enumerate(prompt_ids):
+                if used + len(ids) > batch_cap and pending:
+                    self._prefill(batch, prompt_ids, pending, n, logits_by_prompt)
+                    pending, used = [], 0
+                pending.append(p)
+                used += len(ids)
+            if pending:
+                self._prefill(batch, prompt_ids, pending, n, logits_by_prompt)
+            for p in range(n_prompts):
+                for g in range(1, n):
+                    lc.llama_memory_seq_cp(memory, p * n, p * n + g, -1, -1)
+
+            # First token of every completion comes from its prompt's last-position logits.
+            live = list(range(n_seqs))
+            rows = np.stack([logits_by_prompt[s.prompt_index] for s in seqs])
+            while live:
+                if should_stop is not None and should_stop():
+                    for i in live:
+                        seqs[i].finish = "abandoned"
+                    break
+                tokens, logprobs = _sample(rows, params.temperature, rng)
+                still: list[int] = []
+                for row, i in enumerate(live):
+                    s = seqs[i]
+                    tok = int(tokens[row])
+                    s.token_ids.append(tok)
+                    s.logprobs.append(float(logprobs[row]))
+                    if self.is_end_of_generation(tok):
+                        s.finish = "eos"
+                        continue
+                    s.text += self._piece(tok)
+                    if stops and any(st in s.text[-(len(st) + 64):] for st in stops):
+                        s.finish = "stop"
+                    elif len(s.token_ids) >= params.max_new_tokens:
+                        s.finish = "length"
+                    else:
+                        still.append(i)
+                live = still
+                if not live:
+                    break
+                entries = [
+                    (seqs[i].token_ids[-1], len(prompt_ids[seqs[i].prompt_index]) + len(seqs[i].token_ids) - 1, i, True)
+                    for i in live
+                ]
+                self._decode(batch, entries)
+                rows = self._logits(len(live))
+        finally:
+            lc.llama_batch_free(batch)
+            lc.llama_memory_clear(memory, True)
+
+        completions = [
+            [
+                Completion(
+                    text=bytes(s.text).decode("utf-8", "replace"),
+                    token_ids=s.token_ids,
+                    logprobs=s.logprobs,
+                    finish_reason=s.finish or "length",  # type: ignore[arg-type]
+                )
+                for s in seqs[p * n : (p + 1) * n]
+            ]
+            for p in range(n_prompts)
+        ]
+        return GenerationResult(
+            prompt_ids=[list(p) for p in prompt_ids],
+            completions=completions,
+            seconds=time.perf_counter() - start,
+            prefill_tokens=prompt_tokens,
+            generated_tokens=sum(len(s.token_ids) for s in seqs),
+        )
+
+    def _prefill(self, batch, prompt_ids, which: list[int], n: int, out: dict[int, np.ndarray]) -> None:
+        entries = []
+        for p in which:
+            ids = prompt_ids[p]
+            entries.extend((t, pos, p * n, pos == len(ids) - 1) for pos, t in enumerate(ids))
+        self._decode(batch, entries)
+        logits = self._logits(len(which))
+        for row, p in enumerate(which):
+            out[p] = logits[row].copy()
+
+    def close(self) -> None:
+        self._free_context()
+        if self._adapter is not None:
+            lc.llama_adapter_lora_free(self._adapter)
+            self._adapter = None
+        if self._model is not None:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # best effort; close() is the real API
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Sample one token per row from softmax(logits / T); return tokens and their logprobs."""
+    x = logits.astype(np.float32, copy=True)
+    x /= temperature
+    peak = x.max(axis=1, keepdims=True)
+    x -= peak
+    np.exp(x, out=x)
+    cdf = np.cumsum(x, axis=1)
+    total = cdf[:, -1]
+    u = rng.random(len(total)) * total
+    tokens = np.array([np.searchsorted(cdf[r], u[r], side="right") for r in range(len(total))])
+    tokens = np.minimum(tokens, logits.shape[1] - 1)
+    picked = logits[np.arange(len(tokens)), tokens].astype(np.float64) / temperature
+    logprobs = picked - peak[:, 0].astype(np.float64) - np.log(total.astype(np.float64))
+    return tokens, logprobs

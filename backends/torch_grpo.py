@@ -1,0 +1,50 @@
+"""The GRPO objective in torch (written once per framework; the MLX backend has its twin).
+
+Per token t of completion i with advantage A_i:
+
+    r_t   = exp(logp_t - old_logp_t)                      (policy ratio)
+    obj_t = min(r_t * A_i, clip(r_t, 1 - eps_low, 1 + eps_high) * A_i) * w_t
+    loss  = - sum_t obj_t / N_tokens                       (token-level mean over the whole batch, DAPO)
+
+No KL term. `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
+detached: it corrects for the sampler (llama.cpp on a quantized file) not being exactly the
+trainer's policy (Yao et al. 2025, "truncated importance sampling"). It is 1 when unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GrpoSettings:
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    # Cap of the truncated importance weight pi_old / pi_sampler; 0 turns the correction off.
+    importance_cap: float = 2.0
+
+
+def grpo_token_objective(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    settings: GrpoSettings,
+    importance_weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token clipped objective (to maximise). All tensors are 1-D over the same tokens.
+
+    Returns (objective, ratio, clipped_mask)."""
+    ratio = torch.exp(logp - old_logp)
+    clipped_ratio = torch.clamp(ratio, 1.0 - settings.clip_low, 1.0 + settings.clip_high)
+    unclipped = ratio * advantages
+    clipped = clipped_ratio * advantages
+    objective = torch.minimum(unclipped, clipped)
+    if importance_weight is not None:
+        objective = objective * importance_weight.detach()
+    return objective, ratio.detach(), (clipped < unclipped).detach()
+
+
+def truncated_importance_weight(old_logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    return torch.clamp(torch.exp(old_logp.detach() - sampler_logp), max=cap)

@@ -1,0 +1,299 @@
+"""LoRA training with the GRPO objective in torch — shared by the CPU and CUDA backends.
+
+Memory note: with a 49k-token vocabulary the logits dominate (8 × 350 × 49152 fp32 ≈ 550 MB per
+copy). Only completion positions need logits, and those are computed in chunks under activation
+checkpointing, so at most one chunk of logits lives at a time, forward or backward.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from .base import Abandoned, StopCheck, TrainSample, TrainStats
+from .torch_grpo import GrpoSettings, grpo_token_objective, truncated_importance_weight
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+log = logging.getLogger(__name__)
+
+ADAPTER_FILE = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+LOGIT_CHUNK = 512  # completion positions per chunk of logits
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    r: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    learning_rate: float = 2e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    # Padded tokens (prompt + completion) per forward/backward pass; bounds peak memory.
+    microbatch_tokens: int = 2048
+
+
+@dataclass
+class _Microbatch:
+    input_ids: torch.Tensor  # (B, L) right-padded
+    attention_mask: torch.Tensor
+    positions: list[torch.Tensor] = field(default_factory=list)  # flat indices of scored positions
+    targets: torch.Tensor | None = None
+    sample_index: torch.Tensor | None = None  # per scored token: which sample it belongs to
+
+
+class TorchLoraTrainer:
+    def __init__(
+        self,
+        model_dir: Path,
+        lora: LoraSettings,
+        optim: OptimSettings,
+        grpo: GrpoSettings,
+        temperature: float,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+    ) -> None:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        torch.manual_seed(seed)
+        self.device = torch.device(device)
+        self.lora, self.optim, self.grpo, self.temperature = lora, optim, grpo, temperature
+        base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(self.device)
+        base.config.use_cache = False
+        config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        self.model = get_peft_model(base, config)
+        self.model.train()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=optim.learning_rate, betas=(0.9, 0.99), weight_decay=optim.weight_decay
+        )
+        causal_lm = self.model.get_base_model()
+        self._backbone = causal_lm.model
+        self._lm_head = causal_lm.get_output_embeddings()
+        self._softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
+        self.steps = 0
+
+    # ---- facts -------------------------------------------------------------------------------
+    @property
+    def config(self):
+        return self.model.get_base_model().config
+
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    # ---- log-probabilities -------------------------------------------------------------------
+    def _batches(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], _Microbatch]]:
+        """Group samples (longest first) into right-padded microbatches under the token budget."""
+        order = sorted(range(len(samples)), key=lambda i: -(len(samples[i].prompt_ids) + len(samples[i].completion_ids)))
+        groups: list[list[int]] = []
+        for i in order:
+            if groups and (len(groups[-1]) + 1) * _max_len(samples, groups[-1] + [i]) <= self.optim.microbatch_tokens:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        return [(g, self._collate([samples[i] for i in g])) for g in groups]
+
+    def _collate(self, samples: Sequence[TrainSample]) -> _Microbatch:
+        width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+        ids = torch.zeros((len(samples), width), dtype=torch.long)
+        mask = torch.zeros((len(samples), width), dtype=torch.long)
+        flat_positions, targets, owner = [], [], []
+        for b, s in enumerate(samples):
+            seq = list(s.prompt_ids) + list(s.completion_ids)
+            ids[b, : len(seq)] = torch.tensor(seq)
+            mask[b, : len(seq)] = 1
+            p = len(s.prompt_ids)
+            # The hidden state at position t predicts token t + 1.
+            flat_positions.append(torch.arange(p - 1, p - 1 + len(s.completion_ids)) + b * width)
+            targets.append(torch.tensor(s.completion_ids))
+            owner.append(torch.full((len(s.completion_ids),), b))
+        mb = _Microbatch(ids.to(self.device), mask.to(self.device))
+        mb.positions = [torch.cat(flat_positions).to(self.device)]
+        mb.targets = torch.cat(targets).to(self.device)
+        mb.sample_index = torch.cat(owner).to(self.device)
+        return mb
+
+    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self._lm_head(hidden).float()
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        logits = logits / self.temperature
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    def _logprobs(self, mb: _Microbatch) -> torch.Tensor:
+        hidden = self._backbone(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+        hidden = hidden.reshape(-1, hidden.shape[-1])[mb.positions[0]]
+        out = []
+        for start in range(0, hidden.shape[0], LOGIT_CHUNK):
+            h, t = hidden[start : start + LOGIT_CHUNK], mb.targets[start : start + LOGIT_CHUNK]
+            if torch.is_grad_enabled():
+                out.append(checkpoint(self._chunk_logprobs, h, t, use_reentrant=False))
+            else:
+                out.append(self._chunk_logprobs(h, t))
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        """log pi(completion token | prefix) under the current policy, at the sampling temperature."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            result: list[list[float]] = [[] for _ in samples]
+            for indices, mb in self._batches(samples):
+                lp = self._logprobs(mb).cpu()
+                owner = mb.sample_index.cpu()
+                for local, i in enumerate(indices):
+                    result[i] = lp[owner == local].tolist()
+            return result
+        finally:
+            self.model.train(was_training)
+
+    # ---- the update --------------------------------------------------------------------------
+    def train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None) -> TrainStats:
+        start = time.perf_counter()
+        total_tokens = sum(len(s.completion_ids) for s in samples)
+        if total_tokens == 0:
+            raise ValueError("train_step needs at least one completion token")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = clipped = ratio_sum = gap_sum = outside = sampler_tokens = 0.0
+        for indices, mb in self._batches(samples):
+            if should_stop is not None and should_stop():
+                self.optimizer.zero_grad(set_to_none=True)
+                raise Abandoned("training step abandoned")
+            logp = self._logprobs(mb)
+            owner = mb.sample_index
+            adv = torch.tensor([samples[i].advantage for i in indices], device=self.device)[owner]
+            old = self._old_logprobs(samples, indices, owner, logp)
+            weight, stats = self._importance_weight(samples, indices, owner, old)
+            if stats is not None:
+                gap_sum += stats[0]
+                outside += stats[1]
+                sampler_tokens += stats[2]
+            objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
+            loss = -objective.sum() / total_tokens
+            loss.backward()
+            loss_sum += float(loss)
+            clipped += float(was_clipped.sum())
+            ratio_sum += float(ratio.sum())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            # A non-finite gradient would poison the adapter for good: skip the update instead.
+            self.optimizer.zero_grad(set_to_none=True)
+            log.warning("skipped an update with a non-finite gradient norm")
+        else:
+            self.optimizer.step()
+            self.steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return TrainStats(
+            loss=loss_sum,
+            tokens=total_tokens,
+            samples=len(samples),
+            seconds=time.perf_counter() - start,
+            grad_norm=grad_norm,
+            clip_fraction=clipped / total_tokens,
+            ratio_mean=ratio_sum / total_tokens,
+            sampler_logprob_gap=gap_sum / sampler_tokens if sampler_tokens else 0.0,
+            sampler_ratio_outside=outside / sampler_tokens if sampler_tokens else 0.0,
+        )
+
+    def _old_logprobs(self, samples, indices, owner, logp: torch.Tensor) -> torch.Tensor:
+        """pi_old: given by the caller (multi-update rounds, tests) or, for the one update a round
+        takes, the current policy itself (detached), so the ratio is exactly 1 at the update."""
+        given = [samples[i].old_logprobs for i in indices]
+        if all(g is None for g in given):
+            return logp.detach()
+        old = logp.detach().clone()
+        for local, g in enumerate(given):
+            if g is not None:
+                old[owner == local] = torch.tensor(g, dtype=old.dtype, device=old.device)
+        return old
+
+    def _importance_weight(self, samples, indices, owner, old: torch.Tensor):
+        behaviour = [samples[i].behaviour_logprobs for i in indices]
+        if all(b is None for b in behaviour):
+            return None, None
+        sampler = torch.full_like(old, float("nan"))
+        for local, b in enumerate(behaviour):
+            if b is not None:
+                sampler[owner == local] = torch.tensor(b, dtype=old.dtype, device=old.device)
+        known = ~torch.isnan(sampler)
+        delta = (old - sampler)[known]
+        ratio = torch.exp(delta)
+        stats = (float(delta.abs().sum()), float(((ratio < 0.8) | (ratio > 1.2)).sum()), float(known.sum()))
+        if self.grpo.importance_cap <= 0:
+            return None, stats
+        weight = torch.ones_like(old)
+        weight[known] = truncated_importance_weight(old[known], sampler[known], self.grpo.importance_cap)
+        return weight, stats
+
+    # ---- persistence -------------------------------------------------------------------------
+    def lora_state(self) -> dict[str, torch.Tensor]:
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(self.model).items()}
+
+    def save_adapter(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        save_file(self.lora_state(), str(directory / ADAPTER_FILE))
+        config = {"peft_type": "LORA", **asdict(self.lora), "target_modules": list(self.lora.target_modules)}
+        (directory / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1))
+
+    def load_adapter(self, directory: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        saved = json.loads((directory / ADAPTER_CONFIG).read_text())
+        if int(saved.get("r", -1)) != self.lora.r or set(saved.get("target_modules", [])) != set(self.lora.target_modules):
+            raise ValueError(
+                f"adapter in {directory} has r={saved.get('r')} on {saved.get('target_modules')}, but the config asks "
+                f"for r={self.lora.r} on {list(self.lora.target_modules)}"
+            )
+        state = load_file(str(directory / ADAPTER_FILE), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, state)
+        missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+        if missing:
+            raise ValueError(f"adapter in {directory} does not fit this model: {missing[:3]}")
+
+    def save_optimizer(self, directory: Path) -> None:
+        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, Path(directory) / OPTIMIZER_FILE)
+
+    def load_optimizer(self, directory: Path) -> None:
+        state = torch.load(Path(directory) / OPTIMIZER_FILE, map_location=self.device, weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+
+
+def _max_len(samples: Sequence[TrainSample], indices: list[int]) -> int:
+    return max(len(samples[i].prompt_ids) + len(samples[i].completion_ids) for i in indices)
