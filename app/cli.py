@@ -1,2 +1,156 @@
-def main():
-    print("hi")
+"""The `swarmling` command: run, doctor, bench, config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .config import Config, ConfigError, describe_keys, load_config, parse_value
+from .paths import resolve_paths
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def _assignment(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected section.key=value, e.g. round.questions=4")
+    return key.strip(), parse_value(value.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swarmling", description="A volunteer node for collective RL post-training (SAPO).")
+    parser.add_argument("--home", help="keep config, state, cache and logs under this folder (also SWARMLING_HOME)")
+    parser.add_argument("--config", type=Path, help="config file (default: config.toml in the config dir)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the node (rounds until stopped)")
+    run.add_argument("--headless", action="store_true", help="no UI: one line per round (the only mode in this release)")
+    run.add_argument("--rounds", type=_positive, help="stop after this many rounds")
+    _add_overrides(run)
+
+    doctor = sub.add_parser("doctor", help="show hardware, the backend it would use and why, model and paths")
+    _add_overrides(doctor)
+
+    bench = sub.add_parser("bench", help="time a round's phases against raw llama.cpp throughput")
+    bench.add_argument("--rounds", type=_positive, default=2, help="rounds to time (default 2; the first warms up)")
+    _add_overrides(bench)
+
+    cfg = sub.add_parser("config", help="show the effective configuration, or all keys")
+    cfg.add_argument("--keys", action="store_true", help="list every key with its default")
+    _add_overrides(cfg)
+    return parser
+
+
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="shipped model name or path to a .gguf file")
+    p.add_argument("--preset", help="task preset (starter, sapo9)")
+    p.add_argument("--threads", type=_positive, help="CPU threads")
+    p.add_argument("--set", dest="assignments", action="append", type=_assignment, default=[], metavar="SECTION.KEY=VALUE",
+                   help="override any config key (repeatable)")
+
+
+def _cli_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
+    pairs = list(getattr(args, "assignments", []) or [])
+    for flag, key in (("model", "model.name"), ("preset", "round.preset"), ("threads", "backend.threads")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            pairs.append((key, value))
+    return pairs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        # The TUI arrives in a later release; until then the bare command runs the node headless.
+        args = parser.parse_args(["run", "--headless", *(argv or sys.argv[1:])])
+    paths = resolve_paths(args.home)
+    config_file = args.config or Path(os.environ.get("SWARMLING_CONFIG", paths.config_file))
+    if args.config is not None and not args.config.exists():
+        print(f"swarmling: config file {args.config} does not exist", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(config_file, cli=_cli_overrides(args))
+    except ConfigError as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "config":
+        return _config(config, args)
+    if args.command == "doctor":
+        from .doctor import doctor
+
+        return doctor(config, paths, config_file)
+    if args.command == "bench":
+        from .bench import bench
+
+        return _guard(lambda: bench(config, paths, args.rounds))
+    return _guard(lambda: _run(config, paths, args.rounds))
+
+
+def _config(config: Config, args: argparse.Namespace) -> int:
+    if args.keys:
+        print(describe_keys())
+        return 0
+    for section, values in config.model_dump().items():
+        print(f"[{section}]")
+        for key, value in values.items():
+            print(f"{key} = {'auto' if value is None else repr(value)}")
+    return 0
+
+
+def _guard(fn) -> int:
+    from .models import ModelError
+    from .node import NodeError
+    from .tasks import TaskError
+
+    try:
+        return fn()
+    except (NodeError, ModelError, TaskError, ConfigError) as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(config: Config, paths, rounds: int | None) -> int:
+    from .headless import HeadlessPrinter
+    from .node import Node
+
+    node = Node(config, paths, HeadlessPrinter())
+    signals = {"count": 0}
+
+    def on_signal(signum, frame):
+        signals["count"] += 1
+        if signals["count"] == 1:
+            what = "finishing" if config.run.on_stop == "finish" else "abandoning"
+            print(f"swarmling: stopping ({what} the round in flight; again to force)", file=sys.stderr, flush=True)
+            node.request_stop()
+        else:
+            print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
+            os._exit(130)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        node.start()
+        node.run(rounds)
+    finally:
+        node.close()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 import math
 import os
 import time
@@ -26,6 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at r
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 log = logging.getLogger(__name__)
+# peft asks transformers a deprecated question on every forward; nothing for our users to act on.
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 ADAPTER_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -201,7 +204,7 @@ class TorchLoraTrainer:
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
             loss = -objective.sum() / total_tokens
             loss.backward()
-            loss_sum += float(loss)
+            loss_sum += float(loss.detach())
             clipped += float(was_clipped.sum())
             ratio_sum += float(ratio.sum())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm))
@@ -287,12 +290,15 @@ class TorchLoraTrainer:
             raise ValueError(f"adapter in {directory} does not fit this model: {missing[:3]}")
 
     def save_optimizer(self, directory: Path) -> None:
-        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, Path(directory) / OPTIMIZER_FILE)
+        state = {"optimizer": self.optimizer.state_dict(), "steps": self.steps, "torch_rng": torch.get_rng_state()}
+        torch.save(state, Path(directory) / OPTIMIZER_FILE)
 
     def load_optimizer(self, directory: Path) -> None:
         state = torch.load(Path(directory) / OPTIMIZER_FILE, map_location=self.device, weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
+        if "torch_rng" in state:  # LoRA dropout draws from it
+            torch.set_rng_state(state["torch_rng"].cpu())
 
 
 def _max_len(samples: Sequence[TrainSample], indices: list[int]) -> int:

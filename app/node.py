@@ -1,0 +1,201 @@
+"""The node: builds the backend, resumes from the last good checkpoint, runs rounds until told
+to stop, and checkpoints after every round. Viewers learn what happens through events."""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ..backends.base import Abandoned, Backend
+from . import metrics as metrics_log
+from .checkpoint import latest_checkpoint, save_checkpoint
+from .config import Config
+from .curriculum import Curriculum
+from .defaults import Resolved, resolve
+from .events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished
+from .hardware import Hardware, choose_backend, detect
+from .models import resolve_model
+from .paths import Paths
+from .round import RoundSettings, run_round
+from .tasks import load_preset
+
+STATE_VERSION = 1
+
+
+class NodeError(RuntimeError):
+    """A problem the user can act on; the message says what to do."""
+
+
+def build_backend(name: str, config: Config, paths: Paths, resolved: Resolved, gguf: Path, model_name: str, seed: int) -> Backend:
+    if name != "cpu":
+        raise NodeError(f"backend {name!r} is not available in this release")
+    from ..backends.cpu import CpuBackend, CpuSettings
+    from ..backends.torch_grpo import GrpoSettings
+    from ..backends.torch_lora import LoraSettings, OptimSettings
+
+    t = config.train
+    return CpuBackend(
+        CpuSettings(
+            gguf=gguf,
+            model_name=model_name,
+            threads=resolved.threads,
+            cache_dir=paths.cache_dir,
+            runtime_dir=paths.runtime_dir,
+            temperature=config.round.temperature,
+            lora=LoraSettings(t.lora_r, t.lora_alpha, t.lora_dropout, tuple(t.target_modules)),
+            optim=OptimSettings(t.learning_rate, t.weight_decay, t.max_grad_norm, resolved.microbatch_tokens),
+            grpo=GrpoSettings(t.clip_low, t.clip_high, t.importance_cap),
+            seed=seed,
+        )
+    )
+
+
+class Node:
+    def __init__(self, config: Config, paths: Paths, listener: Listener | None = None, hardware: Hardware | None = None):
+        self.config = config
+        self.paths = paths.ensure()
+        self.emit: Listener = listener or (lambda event: None)
+        self.hardware = hardware or detect()
+        self.stop_now = threading.Event()  # abandon the round in flight
+        self.stop_after_round = threading.Event()  # finish the round in flight, then stop
+        self.backend: Backend | None = None
+        self.round = 0
+
+    # ---- start / resume ----------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.config
+        self.preset = load_preset(cfg.round.preset)
+        self.resolved = resolve(cfg, self.hardware, self.preset)
+        choice = choose_backend(self.hardware, cfg.backend.kind)
+        model = resolve_model(cfg.model.name, self.paths.cache_dir)
+        checkpoint = latest_checkpoint(self.paths.checkpoints)
+        if checkpoint is not None:
+            saved_model = checkpoint.state.get("model")
+            if saved_model != model.name:
+                raise NodeError(
+                    f"the checkpoints in {self.paths.checkpoints} were trained on model {saved_model!r}, not "
+                    f"{model.name!r}: run with --model {saved_model}, or use another --home for the new model"
+                )
+            seed = int(checkpoint.state["seed"])
+        else:
+            seed = cfg.run.seed if cfg.run.seed is not None else int(np.random.SeedSequence().entropy % 2**63)
+        self.seed = seed
+        self.model = model
+        self.backend = build_backend(choice.name, cfg, self.paths, self.resolved, model.gguf, model.name, seed % 2**31)
+        self.rng = np.random.default_rng(seed)
+        self.curriculum = Curriculum(self.preset)
+        last_record = None
+        if checkpoint is not None:
+            try:
+                self.backend.load_state(checkpoint.path)
+            except (ValueError, KeyError, RuntimeError) as exc:
+                raise NodeError(
+                    f"could not resume from {checkpoint.path}: {exc}. Restore the matching [train] settings, "
+                    "or use another --home to start fresh"
+                ) from exc
+            self.round = checkpoint.round
+            self.rng.bit_generator.state = checkpoint.state["rng"]
+            self.curriculum = Curriculum.from_dict(self.preset, checkpoint.state.get("curriculum"))
+            last_record = checkpoint.state.get("metrics")
+        metrics_log.reconcile(self.paths.metrics_file, self.round, last_record)
+        info = self.backend.info()
+        self.emit(
+            NodeStarted(
+                backend=info.name,
+                device=info.device,
+                model=model.name,
+                preset=self.preset.name,
+                reason=choice.reason,
+                resumed_round=self.round,
+                settings=asdict(self.resolved),
+            )
+        )
+
+    def round_settings(self) -> RoundSettings:
+        cfg, res = self.config, self.resolved
+        return RoundSettings(
+            questions=res.questions,
+            completions=res.completions,
+            max_new_tokens=res.max_new_tokens,
+            temperature=cfg.round.temperature,
+            local_groups=res.local_groups,
+            external_groups=cfg.round.external_groups,
+            prefill_answer=cfg.reward.prefill_answer,
+            format_bonus=cfg.reward.format_bonus,
+        )
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Ctrl-C / SIGTERM: abandon or finish the round in flight, as configured."""
+        if self.config.run.on_stop == "finish":
+            self.stop_after_round.set()
+        else:
+            self.stop_now.set()
+
+    def run(self, rounds: int | None = None) -> int:
+        if self.backend is None:
+            self.start()
+        done = 0
+        while rounds is None or done < rounds:
+            if self.stop_now.is_set() or self.stop_after_round.is_set():
+                break
+            round_no = self.round + 1
+            started = time.time()
+            try:
+                outcome = run_round(
+                    round_no,
+                    self.backend,
+                    self.preset,
+                    self.curriculum,
+                    self.round_settings(),
+                    self.rng,
+                    should_stop=self.stop_now.is_set,
+                    on_phase=lambda phase: self.emit(PhaseChanged(round_no, phase)),
+                )
+            except Abandoned:
+                self.emit(Notice("info", f"round {round_no} abandoned; the node resumes after round {self.round}"))
+                break
+            record = outcome.metrics | {
+                "timestamp": started,
+                "wall_seconds": round(time.time() - started, 3),
+                "model": self.model.name,
+                "preset": self.preset.name,
+                "backend": self.backend.info().name,
+            }
+            self._checkpoint(round_no, record, outcome.curriculum)
+            self.curriculum = outcome.curriculum
+            self.round = round_no
+            metrics_log.append_record(self.paths.metrics_file, record)
+            self.emit(RoundFinished(record))
+            done += 1
+        return done
+
+    def _checkpoint(self, round_no: int, record: dict, curriculum: Curriculum) -> None:
+        state = {
+            "version": STATE_VERSION,
+            "round": round_no,
+            "seed": self.seed,
+            "model": self.model.name,
+            "rng": self.rng.bit_generator.state,
+            "curriculum": curriculum.to_dict(),
+            "metrics": record,
+        }
+        try:
+            save_checkpoint(self.paths.checkpoints, round_no, state, self.backend.save_state, self.config.checkpoint.keep)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NodeError(
+                    f"disk full while saving round {round_no} to {self.paths.checkpoints}: free some space and "
+                    f"restart; the checkpoint of round {self.round} is intact"
+                ) from exc
+            raise NodeError(f"could not save the checkpoint of round {round_no}: {exc}") from exc
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
