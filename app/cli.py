@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         from .doctor import doctor
 
-        return doctor(config, paths, config_file)
+        return _guard(lambda: doctor(config, paths, config_file))
     if args.command == "bench":
         from .bench import bench
 

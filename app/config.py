@@ -128,7 +128,13 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
     for name, raw in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or name in ENV_NOT_KEYS:
             continue
-        dotted = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+        rest = name[len(ENV_PREFIX) :].lower()
+        if "__" not in rest:
+            # Not a config key (other SWARMLING_* variables exist), unless it looks like a typo of one.
+            if rest.split("_")[0] in Config.model_fields:
+                raise ConfigError(f"environment variable {name}: config keys are SWARMLING_SECTION__KEY (two underscores)")
+            continue
+        dotted = rest.replace("__", ".")
         out.append((dotted, parse_value(raw), f"environment variable {name}"))
     return out
 

@@ -187,7 +187,7 @@ class TorchLoraTrainer:
         if total_tokens == 0:
             raise ValueError("train_step needs at least one completion token")
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = clipped = ratio_sum = gap_sum = outside = sampler_tokens = 0.0
+        loss_sum = clipped = ratio_sum = gap_sum = outside = sampler_tokens = ratio_dev = 0.0
         for indices, mb in self._batches(samples):
             if should_stop is not None and should_stop():
                 self.optimizer.zero_grad(set_to_none=True)
@@ -207,6 +207,7 @@ class TorchLoraTrainer:
             loss_sum += float(loss.detach())
             clipped += float(was_clipped.sum())
             ratio_sum += float(ratio.sum())
+            ratio_dev = max(ratio_dev, float((ratio - 1).abs().max()))
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm))
         if not math.isfinite(grad_norm):
             # A non-finite gradient would poison the adapter for good: skip the update instead.
@@ -226,6 +227,7 @@ class TorchLoraTrainer:
             ratio_mean=ratio_sum / total_tokens,
             sampler_logprob_gap=gap_sum / sampler_tokens if sampler_tokens else 0.0,
             sampler_ratio_outside=outside / sampler_tokens if sampler_tokens else 0.0,
+            extra={"ratio_max_deviation": ratio_dev},
         )
 
     def _old_logprobs(self, samples, indices, owner, logp: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,68 @@
+"""Shared fixtures: the real shipped model, real llama.cpp, real torch/peft.
+
+The GGUF -> torch conversion (about 25 s) is cached once per machine in a test cache dir, like
+the node caches it in the user's cache dir.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+TEST_CACHE = Path(os.environ.get("SWARMLING_TEST_CACHE", platformdirs.user_cache_dir("swarmling-tests")))
+os.environ.setdefault("SWARMLING_CACHE_DIR", str(TEST_CACHE))
+
+
+@pytest.fixture(scope="session")
+def gguf_path() -> Path:
+    from swarmling.app.models import DEFAULT_MODEL, resolve_model
+
+    return resolve_model(DEFAULT_MODEL, TEST_CACHE).gguf
+
+
+def make_backend(gguf: Path, runtime: Path, temperature: float = 1.0, **kw):
+    from swarmling.backends.cpu import CpuBackend, CpuSettings
+
+    return CpuBackend(
+        CpuSettings(
+            gguf=gguf,
+            model_name="smollm2-135m",
+            threads=os.cpu_count() or 2,
+            cache_dir=TEST_CACHE,
+            runtime_dir=runtime,
+            temperature=temperature,
+            **kw,
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+def generator(gguf_path):
+    from swarmling.backends.llama_cpp_generator import LlamaCppGenerator
+
+    gen = LlamaCppGenerator(gguf_path, os.cpu_count() or 2)
+    yield gen
+    gen.close()
+
+
+@pytest.fixture
+def backend_factory(gguf_path):
+    made = []
+
+    def factory(runtime: Path, **kw):
+        made.append(make_backend(gguf_path, runtime, **kw))
+        return made[-1]
+
+    yield factory
+    for b in made:
+        b.close()
+
+
+@pytest.fixture
+def backend(gguf_path, tmp_path):
+    b = make_backend(gguf_path, tmp_path / "runtime")
+    yield b
+    b.close()
