@@ -316,6 +316,69 @@ class LlamaCppGenerator:
         for row, p in enumerate(which):
             out[p] = logits[row].copy()
 
+    def reference_decode(
+        self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0
+    ) -> tuple[int, float]:
+        """Raw llama.cpp throughput for the benchmark: the same prompts, `n` sequences each, decoding
+        exactly `lengths[p][g]` tokens per sequence with llama.cpp's own C sampler (temperature +
+        dist), no logprobs, no Python-side sampling. Returns (tokens, seconds)."""
+        n_seqs = len(prompt_ids) * n
+        cells = sum(len(p) for p in prompt_ids) + sum(sum(ls) for ls in lengths) + n_seqs + 16
+        batch_cap = max(n_seqs, max(len(p) for p in prompt_ids))
+        self._ensure_context(cells, n_seqs, batch_cap)
+        memory = lc.llama_get_memory(self._ctx)
+        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(temperature))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))
+        batch = lc.llama_batch_init(batch_cap, 0, 1)
+        start = time.perf_counter()
+        tokens = 0
+        try:
+            pending: list[int] = []
+            used = 0
+
+            def prefill(which: list[int]) -> None:
+                entries = []
+                for p in which:
+                    ids = prompt_ids[p]
+                    entries.extend((t, pos, p * n, pos == len(ids) - 1) for pos, t in enumerate(ids))
+                self._decode(batch, entries)
+                for row, p in enumerate(which):
+                    for g in range(n):
+                        first_token[p * n + g] = lc.llama_sampler_sample(chain, self._ctx, row)
+
+            first_token: dict[int, int] = {}
+            for p, ids in enumerate(prompt_ids):
+                if used + len(ids) > batch_cap and pending:
+                    prefill(pending)
+                    pending, used = [], 0
+                pending.append(p)
+                used += len(ids)
+            if pending:
+                prefill(pending)
+            for p in range(len(prompt_ids)):
+                for g in range(1, n):
+                    lc.llama_memory_seq_cp(memory, p * n, p * n + g, -1, -1)
+            remaining = {i: lengths[i // n][i % n] for i in range(n_seqs)}
+            last = dict(first_token)
+            made = {i: 1 for i in range(n_seqs)}
+            tokens = n_seqs
+            while True:
+                live = [i for i in range(n_seqs) if made[i] < remaining[i]]
+                if not live:
+                    break
+                entries = [(last[i], len(prompt_ids[i // n]) + made[i] - 1, i, True) for i in live]
+                self._decode(batch, entries)
+                for row, i in enumerate(live):
+                    last[i] = lc.llama_sampler_sample(chain, self._ctx, row)
+                    made[i] += 1
+                    tokens += 1
+        finally:
+            lc.llama_batch_free(batch)
+            lc.llama_sampler_free(chain)
+            lc.llama_memory_clear(memory, True)
+        return tokens, time.perf_counter() - start
+
     def close(self) -> None:
         self._free_context()
         if self._adapter is not None:

@@ -86,3 +86,22 @@ def test_environment_variable_typo_is_reported(tmp_path):
         load_config(tmp_path / "none.toml", environ={"SWARMLING_ROUND_QUESTIONS": "4"})
     # other SWARMLING_* variables are not config keys
     assert load_config(tmp_path / "none.toml", environ={"SWARMLING_TEST_CACHE": "/x"}).round.questions is None
+
+
+def test_shipped_example_config_is_valid():
+    from importlib import resources
+
+    text = (resources.files("swarmling.assets") / "default_config.toml").read_text()
+    # every commented key, uncommented, must be a valid setting
+    import pathlib
+    import re
+    import tempfile
+
+    key_line = re.compile(r"^# ([a-z_]+ = .*?)(\s+#.*)?$")
+    uncommented = "\n".join(key_line.sub(r"\1", line) for line in text.splitlines())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "c.toml"
+        path.write_text(uncommented)
+        cfg = load_config(path, environ={})
+    assert cfg.round.questions == 8 and cfg.train.lora_r == 16 and cfg.run.seed == 7
