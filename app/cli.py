@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
         # The TUI arrives in a later release; until then the bare command runs the node headless.
-        args = parser.parse_args(["run", "--headless", *(argv or sys.argv[1:])])
+        args = parser.parse_args([*(sys.argv[1:] if argv is None else argv), "run", "--headless"])
     paths = resolve_paths(args.home)
     config_file = args.config or Path(os.environ.get("SWARMLING_CONFIG", paths.config_file))
     if args.config is not None and not args.config.exists():

@@ -231,22 +231,16 @@ class LlamaCppGenerator:
         seqs = [_Seq(prompt_index=i // n) for i in range(n_seqs)]
         batch = lc.llama_batch_init(batch_cap, 0, 1)
         try:
-            # Prefill: each prompt once (as the sequence of its first completion), several prompts
-            # per llama_decode call while they fit in the batch.
+            # Prefill: each prompt once, as the sequence of its first completion; its KV cells are
+            # then shared with the prompt's other completions.
             logits_by_prompt: dict[int, np.ndarray] = {}
-            pending: list[int] = []
-            used = 0
-            for p, ids in enumerate(prompt_ids):
-                if used + len(ids) > batch_cap and pending:
-                    self._prefill(batch, prompt_ids, pending, n, logits_by_prompt)
-                    pending, used = [], 0
-                pending.append(p)
-                used += len(ids)
-            if pending:
-                self._prefill(batch, prompt_ids, pending, n, logits_by_prompt)
-            for p in range(n_prompts):
-                for g in range(1, n):
-                    lc.llama_memory_seq_cp(memory, p * n, p * n + g, -1, -1)
+
+            def keep_rows(which: list[int], _positions: list[int]) -> None:
+                logits = self._logits(len(which))
+                for row, p in enumerate(which):
+                    logits_by_prompt[p] = logits[row].copy()
+
+            self._prefill_prompts(batch, batch_cap, prompt_ids, n, keep_rows)
 
             # First token of every completion comes from its prompt's last-position logits.
             live = list(range(n_seqs))
@@ -306,15 +300,35 @@ class LlamaCppGenerator:
             generated_tokens=sum(len(s.token_ids) for s in seqs),
         )
 
-    def _prefill(self, batch, prompt_ids, which: list[int], n: int, out: dict[int, np.ndarray]) -> None:
-        entries = []
-        for p in which:
-            ids = prompt_ids[p]
-            entries.extend((t, pos, p * n, pos == len(ids) - 1) for pos, t in enumerate(ids))
-        self._decode(batch, entries)
-        logits = self._logits(len(which))
-        for row, p in enumerate(which):
-            out[p] = logits[row].copy()
+    def _prefill_prompts(self, batch, batch_cap: int, prompt_ids, n: int, on_decoded) -> None:
+        """Decode every prompt once (several per llama_decode while they fit in the batch) into
+        sequence p * n, call `on_decoded(prompt indices, batch positions of their last tokens)` after
+        each decode (logits rows are in that order), then share each prompt's KV cells with its
+        other n - 1 sequences."""
+
+        def flush(which: list[int]) -> None:
+            entries, last_positions = [], []
+            for p in which:
+                ids = prompt_ids[p]
+                entries.extend((t, pos, p * n, pos == len(ids) - 1) for pos, t in enumerate(ids))
+                last_positions.append(len(entries) - 1)
+            self._decode(batch, entries)
+            on_decoded(which, last_positions)
+
+        pending: list[int] = []
+        used = 0
+        for p, ids in enumerate(prompt_ids):
+            if used + len(ids) > batch_cap and pending:
+                flush(pending)
+                pending, used = [], 0
+            pending.append(p)
+            used += len(ids)
+        if pending:
+            flush(pending)
+        memory = lc.llama_get_memory(self._ctx)
+        for p in range(len(prompt_ids)):
+            for g in range(1, n):
+                lc.llama_memory_seq_cp(memory, p * n, p * n + g, -1, -1)
 
     def reference_decode(
         self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0
@@ -334,31 +348,14 @@ class LlamaCppGenerator:
         start = time.perf_counter()
         tokens = 0
         try:
-            pending: list[int] = []
-            used = 0
-
-            def prefill(which: list[int]) -> None:
-                entries = []
-                for p in which:
-                    ids = prompt_ids[p]
-                    entries.extend((t, pos, p * n, pos == len(ids) - 1) for pos, t in enumerate(ids))
-                self._decode(batch, entries)
-                for row, p in enumerate(which):
-                    for g in range(n):
-                        first_token[p * n + g] = lc.llama_sampler_sample(chain, self._ctx, row)
-
             first_token: dict[int, int] = {}
-            for p, ids in enumerate(prompt_ids):
-                if used + len(ids) > batch_cap and pending:
-                    prefill(pending)
-                    pending, used = [], 0
-                pending.append(p)
-                used += len(ids)
-            if pending:
-                prefill(pending)
-            for p in range(len(prompt_ids)):
-                for g in range(1, n):
-                    lc.llama_memory_seq_cp(memory, p * n, p * n + g, -1, -1)
+
+            def sample_first(which: list[int], positions: list[int]) -> None:
+                for p, position in zip(which, positions):  # llama.cpp indexes logits by batch position
+                    for g in range(n):
+                        first_token[p * n + g] = lc.llama_sampler_sample(chain, self._ctx, position)
+
+            self._prefill_prompts(batch, batch_cap, prompt_ids, n, sample_first)
             remaining = {i: lengths[i // n][i % n] for i in range(n_seqs)}
             last = dict(first_token)
             made = {i: 1 for i in range(n_seqs)}

@@ -62,3 +62,10 @@ def test_stop_string_and_abandon(generator):
             assert "</answer>" not in c.text
     res = generator.generate(ids, 2, SamplingParams(max_new_tokens=40, seed=0), should_stop=lambda: True)
     assert all(c.finish_reason == "abandoned" for c in res.completions[0])
+
+
+def test_reference_decode_for_the_benchmark(generator):
+    ids = [prompt_ids(generator, "Hi"), prompt_ids(generator, "Tell me a story about a long road.")]
+    lengths = [[3, 5], [1, 4]]
+    tokens, seconds = generator.reference_decode(ids, 2, lengths, temperature=1.0)
+    assert tokens == 13 and seconds > 0
