@@ -54,8 +54,12 @@ def converted_folder(gguf: Path, cache_dir: Path) -> Path:
 
 
 def _convert(gguf: Path, out: Path) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything comes from the GGUF file
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
