@@ -75,7 +75,9 @@ def _cli_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="swarmling: %(message)s")
+    # The node's own progress notes (e.g. the one-time model conversion) are for the user.
+    logging.getLogger("swarmling").setLevel(logging.INFO)
     if args.command is None:
         # The TUI arrives in a later release; until then the bare command runs the node headless.
         args = parser.parse_args([*(sys.argv[1:] if argv is None else argv), "run", "--headless"])
