@@ -4,6 +4,8 @@ to stop, and checkpoints after every round. Viewers learn what happens through e
 from __future__ import annotations
 
 import errno
+import fcntl
+import os
 import threading
 import time
 from dataclasses import asdict
@@ -65,9 +67,31 @@ class Node:
         self.stop_after_round = threading.Event()  # finish the round in flight, then stop
         self.backend: Backend | None = None
         self.round = 0
+        self._lock_file = None
+
+    def _take_lock(self) -> None:
+        """One node per state dir: two writers would interleave checkpoints and metrics."""
+        path = self.paths.state_dir / "node.lock"
+        handle = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise NodeError(
+                f"another swarmling node (pid {holder}) is running with {self.paths.state_dir}; stop it first, "
+                "or give this one its own --home"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._lock_file = handle
 
     # ---- start / resume ----------------------------------------------------------------------
     def start(self) -> None:
+        self._take_lock()
         cfg = self.config
         self.preset = load_preset(cfg.round.preset)
         self.resolved = resolve(cfg, self.hardware, self.preset)
@@ -199,3 +223,6 @@ class Node:
         if self.backend is not None:
             self.backend.close()
             self.backend = None
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None

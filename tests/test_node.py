@@ -123,3 +123,20 @@ def test_doctor(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for word in ("hardware", "backend", "cpu:", "smollm2-135m", "checkpoints", str(tmp_path)):
         assert word in proc.stdout
+
+
+def test_second_node_on_the_same_home_is_refused(tmp_path):
+    proc = start(tmp_path, "run", "--headless", *TINY)
+    try:
+        assert wait_for(lambda: (tmp_path / "state" / "node.lock").exists() and
+                        (tmp_path / "state" / "node.lock").read_text().strip() == str(proc.pid), 120)
+        second = swarmling(tmp_path, "run", "--headless", "--rounds", "1", *TINY)
+        assert second.returncode == 1
+        assert f"another swarmling node (pid {proc.pid})" in second.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
