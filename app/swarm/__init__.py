@@ -1,0 +1,1 @@
+"""The swarm: what travels between nodes, and how a node admits what it receives."""

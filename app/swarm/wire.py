@@ -1,0 +1,124 @@
+"""What travels between nodes: a round's bundle of question-groups, as schema-checked msgpack,
+compressed. Every byte from the network is hostile until this module has decoded it.
+
+- Strict schemas (msgspec): unknown fields refused, a hard cap on every string, list and number,
+  UTF-8 only (msgpack str), NaN/inf refused by the range checks, nothing pickled or executed.
+- Size caps before and after decompression (a zlib bomb stops at the cap, it is never inflated).
+- Never an answer, never a reward: the receiver regenerates the task from its spec and scores
+  every completion itself (`intake.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Sequence
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta, Struct
+
+from ..rollout import QuestionGroup
+
+PROTOCOL_VERSION = 1
+MAX_BUNDLE_BYTES = 512 * 1024  # compressed, on the wire
+MAX_DECOMPRESSED_BYTES = 4 * 1024 * 1024
+MAX_TEXT_CHARS = 4096
+MAX_COMPLETIONS = 64
+MAX_GROUPS = 64
+
+Name = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[a-z0-9_][a-z0-9_.-]*$")]
+PeerId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[1-9A-HJ-NP-Za-km-z]+$")]  # base58
+ModelName = Annotated[str, Meta(min_length=1, max_length=128)]
+Text = Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]
+
+
+class WireSpec(Struct, forbid_unknown_fields=True, frozen=True):
+    preset: Name
+    dataset: Name
+    config: Annotated[str, Meta(min_length=2, max_length=2048)]  # canonical JSON, checked against the preset
+    seed: Annotated[int, Meta(ge=0, lt=2**31)]
+    index: Annotated[int, Meta(ge=0, lt=1_000_000)]
+
+
+class WireCompletion(Struct, forbid_unknown_fields=True, frozen=True):
+    text: Text  # the whole reply, any prefill included
+    tokens: Annotated[int, Meta(ge=0, le=16384)]  # in the sender's tokenizer
+    logprob: Annotated[float, Meta(ge=-1e7, le=0.0)]  # the sender's summed sampling logprob
+
+
+class WireGroup(Struct, forbid_unknown_fields=True, frozen=True):
+    spec: WireSpec
+    question_hash: Annotated[str, Meta(pattern=r"^[0-9a-f]{32}$")]
+    completions: Annotated[list[WireCompletion], Meta(min_length=2, max_length=MAX_COMPLETIONS)]
+
+
+class Bundle(Struct, forbid_unknown_fields=True, frozen=True):
+    version: Annotated[int, Meta(ge=1, le=1000)]
+    swarm: Name
+    node_id: PeerId
+    model: ModelName
+    round: Annotated[int, Meta(ge=0, lt=2**53)]
+    timestamp: Annotated[float, Meta(ge=0, le=1e11)]
+    groups: Annotated[list[WireGroup], Meta(min_length=1, max_length=MAX_GROUPS)]
+
+
+class WireError(ValueError):
+    """Why bytes from a peer were refused (logged with the peer; nothing else happens)."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Bundle)
+
+
+def encode_bundle(bundle: Bundle) -> bytes:
+    body = zlib.compress(_encoder.encode(bundle), 6)
+    if len(body) > MAX_BUNDLE_BYTES:
+        raise WireError(f"bundle is {len(body)} bytes compressed, over the {MAX_BUNDLE_BYTES} limit: share fewer groups")
+    return body
+
+
+def decode_bundle(data: bytes) -> Bundle:
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise WireError(f"bundle of {len(data)} bytes exceeds {MAX_BUNDLE_BYTES}")
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(data, MAX_DECOMPRESSED_BYTES + 1)
+    except zlib.error as exc:
+        raise WireError(f"not a zlib stream: {exc}") from None
+    if len(raw) > MAX_DECOMPRESSED_BYTES or inflater.unconsumed_tail:
+        raise WireError(f"bundle inflates beyond {MAX_DECOMPRESSED_BYTES} bytes")
+    if not inflater.eof:
+        raise WireError("truncated zlib stream")
+    try:
+        bundle = _decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:  # bad UTF-8 raises the last
+        raise WireError(f"bad bundle: {exc}") from None
+    if bundle.version != PROTOCOL_VERSION:
+        raise WireError(f"protocol version {bundle.version}, this node speaks {PROTOCOL_VERSION}")
+    return bundle
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def bundle_from_groups(
+    groups: Sequence[QuestionGroup], *, swarm: str, node_id: str, model: str, round_no: int, timestamp: float, prefill: str
+) -> Bundle:
+    """A round's share: specs, question hashes and completions, never answers or rewards."""
+    wire_groups = []
+    for g in groups[:MAX_GROUPS]:
+        spec = g.task.spec
+        completions = [
+            WireCompletion(
+                text=(prefill + c.text)[:MAX_TEXT_CHARS],
+                tokens=len(c.token_ids),
+                logprob=max(-1e7, min(0.0, float(sum(c.sampler_logprobs or [])))),
+            )
+            for c in g.completions[:MAX_COMPLETIONS]
+        ]
+        wire_groups.append(
+            WireGroup(WireSpec(spec.preset, spec.dataset, spec.config, spec.seed, spec.index), g.task.question_hash, completions)
+        )
+    return Bundle(PROTOCOL_VERSION, swarm, node_id, model, round_no, timestamp, wire_groups)
