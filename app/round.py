@@ -48,6 +48,7 @@ class RoundOutcome:
     groups: list[QuestionGroup]
     curriculum: Curriculum  # the updated copy, to be committed with the checkpoint
     timings: dict[str, float] = field(default_factory=dict)
+    used_external: list[QuestionGroup] = field(default_factory=list)  # to leave the pool for good
 
 
 PhaseCallback = Callable[[str], None]
@@ -158,6 +159,7 @@ def run_round(
         "signal_share": fmean(g.has_signal for g in groups),
         "local_groups": len(selection.local),
         "external_groups": len(selection.external),
+        "external_available": len(external),
         "trained_samples": len(samples) if train_stats else 0,
         "generated_tokens": gen.generated_tokens,
         "prefill_tokens": gen.prefill_tokens,
@@ -176,4 +178,4 @@ def run_round(
             "sampler_logprob_gap": train_stats.sampler_logprob_gap,
             "sampler_ratio_outside": train_stats.sampler_ratio_outside,
         }
-    return RoundOutcome(metrics, groups, updated, timings)
+    return RoundOutcome(metrics, groups, updated, timings, list(selection.external) if train_stats else [])

@@ -1,0 +1,82 @@
+"""Two nodes' data path without the network: node A's round → bundle bytes → node B admits,
+pools and trains on A's groups (I local + J external), re-scored by B itself."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from swarmling.app.curriculum import Curriculum
+from swarmling.app.round import SYSTEM_PROMPT, RoundSettings, run_round
+from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
+from swarmling.app.swarm.pool import GroupPool
+from swarmling.app.swarm.wire import bundle_from_groups, decode_bundle, encode_bundle
+from swarmling.app.tasks import load_preset
+
+PEER_A = "12D3KooWNodeA"
+
+
+def settings(external: int) -> RoundSettings:
+    return RoundSettings(questions=4, completions=4, max_new_tokens=12, temperature=1.0, local_groups=4,
+                         external_groups=external, prefill_answer=True, format_bonus=0.5)
+
+
+def test_b_trains_on_groups_from_a(backend_factory, tmp_path):
+    preset = load_preset("starter")
+    node_a, node_b = backend_factory(tmp_path / "a"), backend_factory(tmp_path / "b")
+    outcome_a = run_round(1, node_a, preset, Curriculum(preset), settings(0), np.random.default_rng(1))
+    data = encode_bundle(bundle_from_groups(outcome_a.groups, swarm="test", node_id=PEER_A, model="smollm2-135m",
+                                            round_no=1, timestamp=1.0, prefill="<answer>"))
+
+    ctx = IntakeContext(SYSTEM_PROMPT, "<answer>", 0.5, 12 * 2, node_b.encode_prompt, node_b.tokenize)
+    pool = GroupPool(ttl_s=600)
+    admitted = [admit_group(g, PEER_A, ctx) for g in decode_bundle(data).groups]
+    assert not [r for r in admitted if isinstance(r, Rejected) and "hash" in r.reason]
+    for g in admitted:
+        if not isinstance(g, Rejected):
+            assert pool.add(g) is None
+    # the same bundle again is a replay
+    for g in decode_bundle(data).groups:
+        again = admit_group(g, PEER_A, ctx)
+        if not isinstance(again, Rejected):
+            assert pool.add(again) == "replay"
+
+    # B scored A's completions itself, and agrees with A (same pinned reasoning-gym, same prompt)
+    a_scores = {(g.task.spec, c.text): c.strict for g in outcome_a.groups for c in g.completions}
+    b_groups = pool.available()
+    assert b_groups
+    for g in b_groups:
+        for c in g.completions:
+            assert a_scores[(g.task.spec, c.text)] == c.strict
+
+    with_signal = [g for g in b_groups if g.has_signal]
+    assert with_signal, "A's round had no group with signal: nothing to exchange"
+    outcome_b = run_round(1, node_b, preset, Curriculum(preset), settings(2), np.random.default_rng(2),
+                          external=pool.available())
+    assert outcome_b.metrics["external_groups"] == min(2, len(with_signal))
+    assert outcome_b.metrics["external_available"] == len(pool)
+    assert outcome_b.used_external and "train" in outcome_b.metrics
+    pool.mark_used(outcome_b.used_external)
+    assert all(g not in pool.available() for g in outcome_b.used_external)  # never used twice
+
+
+def test_pool_expires_and_caps():
+    from swarmling.app.rollout import QuestionGroup, ScoredCompletion
+    from swarmling.app.tasks import regenerate
+    from swarmling.backends.base import ChatPrompt
+
+    now = [0.0]
+    pool = GroupPool(ttl_s=10, max_groups=2, clock=lambda: now[0])
+    preset = load_preset("starter")
+
+    def group(i):
+        t = regenerate(preset.spec("chain_sum", 0, 1, i))
+        comps = [ScoredCompletion(f"{i}a", [1], None, "external", 0, True, 0), ScoredCompletion(f"{i}b", [1], None, "external", 1, True, 1)]
+        return QuestionGroup(t, 0, ChatPrompt("", ""), [1], comps, PEER_A)
+
+    assert pool.add(group(1)) is None and pool.add(group(2)) is None
+    assert pool.add(group(3)) == "full"
+    now[0] = 11
+    assert len(pool) == 0 and pool.add(group(3)) is None
+    assert pool.add(group(1)) == "replay"  # still remembered for 2 × TTL
+    now[0] = 40
+    assert pool.add(group(1)) is None
