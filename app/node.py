@@ -23,7 +23,11 @@ from .events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished
 from .hardware import Hardware, choose_backend, detect
 from .models import resolve_model
 from .paths import Paths
-from .round import RoundSettings, run_round
+from .reward import OPEN
+from .round import SYSTEM_PROMPT, RoundSettings, run_round
+from .swarm.inbox import Inbox
+from .swarm.intake import IntakeContext
+from .swarm.pool import GroupPool
 from .tasks import load_preset
 
 STATE_VERSION = 1
@@ -68,6 +72,8 @@ class Node:
         self.backend: Backend | None = None
         self.round = 0
         self._lock_file = None
+        # Peers' bundles arrive here from the network thread; rounds take J groups from the pool.
+        self.inbox = Inbox(GroupPool())
 
     def _take_lock(self) -> None:
         """One node per state dir: two writers would interleave checkpoints and metrics."""
@@ -170,6 +176,10 @@ class Node:
                 break
             round_no = self.round + 1
             started = time.time()
+            intake = self.inbox.drain(self._intake_context())
+            for reason in intake.reasons:
+                self.emit(Notice("warning", f"refused from a peer: {reason}"))
+            external = self.inbox.pool.available() if self.config.round.external_groups else []
             try:
                 outcome = run_round(
                     round_no,
@@ -178,13 +188,16 @@ class Node:
                     self.curriculum,
                     self.round_settings(),
                     self.rng,
+                    external=external,
                     should_stop=self.stop_now.is_set,
                     on_phase=lambda phase: self.emit(PhaseChanged(round_no, phase)),
                 )
             except Abandoned:
                 self.emit(Notice("info", f"round {round_no} abandoned; the node resumes after round {self.round}"))
                 break
+            self.inbox.pool.mark_used(outcome.used_external)
             record = outcome.metrics | {
+                "external_rejected": intake.rejected,
                 "timestamp": started,
                 "wall_seconds": round(time.time() - started, 3),
                 "model": self.model.name,
@@ -198,6 +211,16 @@ class Node:
             self.emit(RoundFinished(record))
             done += 1
         return done
+
+    def _intake_context(self) -> IntakeContext:
+        return IntakeContext(
+            system_prompt=SYSTEM_PROMPT,
+            prefill=OPEN if self.config.reward.prefill_answer else "",
+            format_bonus=self.curriculum.format_bonus(self.config.reward.format_bonus),
+            max_completion_tokens=2 * self.resolved.max_new_tokens,  # other tokenizers split differently
+            encode_prompt=self.backend.encode_prompt,
+            tokenize=self.backend.tokenize,
+        )
 
     def _checkpoint(self, round_no: int, record: dict, curriculum: Curriculum) -> None:
         state = {

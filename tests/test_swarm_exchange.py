@@ -80,3 +80,39 @@ def test_pool_expires_and_caps():
     assert pool.add(group(1)) == "replay"  # still remembered for 2 × TTL
     now[0] = 40
     assert pool.add(group(1)) is None
+
+
+def test_node_takes_peer_bundles_through_its_inbox(backend_factory, tmp_path):
+    """The seam the network layer uses: raw bytes in from any thread, refusals counted, J external
+    groups trained on in the next round, recorded in the round's metrics."""
+    from swarmling.app.config import load_config
+    from swarmling.app.node import Node
+    from swarmling.app.paths import resolve_paths
+
+    preset = load_preset("starter")
+    node_a = backend_factory(tmp_path / "a")
+    outcome_a = run_round(1, node_a, preset, Curriculum(preset), settings(0), np.random.default_rng(3))
+    data = encode_bundle(bundle_from_groups(outcome_a.groups, swarm="test", node_id=PEER_A, model="smollm2-135m",
+                                            round_no=1, timestamp=1.0, prefill="<answer>"))
+
+    config = load_config(None, environ={}, cli=[("round.questions", 2), ("round.completions", 4),
+                                                 ("round.max_new_tokens", 12), ("round.external_groups", 2),
+                                                 ("run.seed", 5)])
+    events = []
+    node = Node(config, resolve_paths(tmp_path / "b"), events.append)
+    try:
+        node.start()
+        assert node.inbox.offer(PEER_A, data)
+        assert node.inbox.offer(PEER_A, data)  # replayed
+        assert node.inbox.offer(PEER_A, b"\x00garbage")  # malformed
+        assert node.inbox.offer("12D3KooWSomeoneElse", data)  # relabelled sender
+        assert node.run(1) == 1
+    finally:
+        node.close()
+    record = next(e.metrics for e in events if type(e).__name__ == "RoundFinished")
+    usable = sum(g.has_signal for g in outcome_a.groups)
+    assert usable, "A's round had no group with signal"
+    assert record["external_groups"] >= 1
+    assert record["external_rejected"] >= 2 + record["external_groups"]  # garbage, impostor, replays
+    warnings = [e.text for e in events if type(e).__name__ == "Notice"]
+    assert any("not a zlib stream" in w for w in warnings) and any("claims to come from" in w for w in warnings)

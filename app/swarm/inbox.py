@@ -1,0 +1,77 @@
+"""The seam between the network and the round loop.
+
+The network side (any thread) only drops raw bytes in with `offer()`: it never blocks and never
+waits for the round. The round loop calls `drain()` before sampling: bundles are decoded,
+their groups re-verified against locally regenerated tasks (`intake.py`) and pooled. Every
+refusal is counted and its reason kept for the log; nothing a peer sends can raise out of here.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass, field
+
+from .intake import IntakeContext, Rejected, admit_group
+from .pool import GroupPool
+from .wire import WireError, decode_bundle
+
+MAX_QUEUED_BUNDLES = 256  # beyond this, offers are dropped (and counted) until the round drains
+
+
+@dataclass
+class DrainReport:
+    bundles: int = 0
+    admitted: int = 0
+    rejected: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def refuse(self, peer: str, reason: str) -> None:
+        self.rejected += 1
+        if len(self.reasons) < 20:
+            self.reasons.append(f"{peer[:16]}: {reason}")
+
+
+class Inbox:
+    def __init__(self, pool: GroupPool) -> None:
+        self.pool = pool
+        self._queue: queue.Queue[tuple[str, bytes]] = queue.Queue(maxsize=MAX_QUEUED_BUNDLES)
+        self._overflow = 0
+
+    def offer(self, peer: str, data: bytes) -> bool:
+        """Thread-safe and non-blocking; False when the queue is full (the bundle is dropped)."""
+        try:
+            self._queue.put_nowait((peer, bytes(data)))
+            return True
+        except queue.Full:
+            self._overflow += 1
+            return False
+
+    def drain(self, ctx: IntakeContext) -> DrainReport:
+        report = DrainReport()
+        if self._overflow:
+            report.refuse("inbox", f"{self._overflow} bundles dropped: more arrived than a round can take")
+            self._overflow = 0
+        while True:
+            try:
+                peer, data = self._queue.get_nowait()
+            except queue.Empty:
+                return report
+            report.bundles += 1
+            try:
+                bundle = decode_bundle(data)
+            except WireError as exc:
+                report.refuse(peer, str(exc))
+                continue
+            if bundle.node_id != peer:
+                report.refuse(peer, f"bundle claims to come from {bundle.node_id[:16]}")
+                continue
+            for wire_group in bundle.groups:
+                result = admit_group(wire_group, peer, ctx)
+                if isinstance(result, Rejected):
+                    report.refuse(peer, result.reason)
+                    continue
+                why = self.pool.add(result)
+                if why:
+                    report.refuse(peer, why)
+                else:
+                    report.admitted += 1
