@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
