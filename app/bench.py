@@ -17,9 +17,7 @@ from dataclasses import replace
 from .config import Config
 from .node import Node
 from .paths import Paths, resolve_paths
-from .round import run_round
-
-PHASES = ("tasks", "generate", "score", "sample", "train", "hand-off")
+from .round import PHASES, run_round
 
 
 def bench(config: Config, paths: Paths, rounds: int) -> int:

@@ -6,8 +6,7 @@ reward  = strict + format_bonus * well_formed
 `format_bonus` is set by the node each round as bonus * (1 - its recent tag rate), so it fades as
 the model learns to close the tag. A right answer is always well formed (nothing is extracted
 otherwise), so reward(right) = 1 + bonus > bonus >= reward(any wrong answer), and any partial
-credit s > 0 earns s + bonus: the shaping can
-never rank a wrong answer above a right one.
+credit s > 0 earns s + bonus: the shaping can never rank a wrong answer above a right one.
 """
 
 from __future__ import annotations

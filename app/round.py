@@ -47,7 +47,6 @@ class RoundOutcome:
     metrics: dict
     groups: list[QuestionGroup]
     curriculum: Curriculum  # the updated copy, to be committed with the checkpoint
-    timings: dict[str, float] = field(default_factory=dict)
     used_external: list[QuestionGroup] = field(default_factory=list)  # to leave the pool for good
 
 
@@ -104,9 +103,7 @@ def run_round(
     phase("score")
     bonus = curriculum.format_bonus(settings.format_bonus)
     groups = []
-    for (task, level), prompt, prompt_ids, completions in zip(
-        zip(tasks, (lvl for _, lvl in picks)), prompts, gen.prompt_ids, gen.completions
-    ):
+    for task, (_, level), prompt, prompt_ids, completions in zip(tasks, picks, prompts, gen.prompt_ids, gen.completions):
         scored = []
         for c in completions:
             s = score(task, prefill + c.text, bonus)
@@ -178,4 +175,4 @@ def run_round(
             "sampler_logprob_gap": train_stats.sampler_logprob_gap,
             "sampler_ratio_outside": train_stats.sampler_ratio_outside,
         }
-    return RoundOutcome(metrics, groups, updated, timings, list(selection.external) if train_stats else [])
+    return RoundOutcome(metrics, groups, updated, list(selection.external) if train_stats else [])

@@ -19,8 +19,6 @@ from .rollout import QuestionGroup
 class Selection:
     local: list[QuestionGroup]
     external: list[QuestionGroup]
-    local_with_signal: int
-    external_with_signal: int
 
     @property
     def groups(self) -> list[QuestionGroup]:
@@ -55,4 +53,4 @@ def select_groups(
             per_peer[g.source] += 1
             if len(chosen_external) == external_groups:
                 break
-    return Selection(_uniform(local_ok, local_groups, rng), chosen_external, len(local_ok), len(external_ok))
+    return Selection(_uniform(local_ok, local_groups, rng), chosen_external)
