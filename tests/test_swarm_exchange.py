@@ -8,7 +8,7 @@ import numpy as np
 from swarmling.app.curriculum import Curriculum
 from swarmling.app.round import SYSTEM_PROMPT, RoundSettings, run_round
 from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
-from swarmling.app.swarm.pool import GroupPool
+from swarmling.app.swarm.pool import GroupPool, group_key
 from swarmling.app.swarm.wire import bundle_from_groups, decode_bundle, encode_bundle
 from swarmling.app.tasks import load_preset
 
@@ -31,14 +31,17 @@ def test_b_trains_on_groups_from_a(backend_factory, tmp_path):
     pool = GroupPool(ttl_s=600)
     admitted = [admit_group(g, PEER_A, ctx) for g in decode_bundle(data).groups]
     assert not [r for r in admitted if isinstance(r, Rejected) and "hash" in r.reason]
-    for g in admitted:
+    def key(wire_group):
+        return group_key(wire_group.spec.task_spec(), (c.text for c in wire_group.completions))
+
+    for w, g in zip(decode_bundle(data).groups, admitted):
         if not isinstance(g, Rejected):
-            assert pool.add(g) is None
+            assert pool.add(key(w), g) is None
     # the same bundle again is a replay
-    for g in decode_bundle(data).groups:
-        again = admit_group(g, PEER_A, ctx)
+    for w in decode_bundle(data).groups:
+        again = admit_group(w, PEER_A, ctx)
         if not isinstance(again, Rejected):
-            assert pool.add(again) == "replay"
+            assert pool.seen(key(w)) and pool.add(key(w), again) == "replay"
 
     # B scored A's completions itself, and agrees with A (same pinned reasoning-gym, same prompt)
     a_scores = {(g.task.spec, c.text): c.strict for g in outcome_a.groups for c in g.completions}
@@ -71,15 +74,15 @@ def test_pool_expires_and_caps():
     def group(i):
         t = regenerate(preset.spec("chain_sum", 0, 1, i))
         comps = [ScoredCompletion(f"{i}a", [1], None, "external", 0, True, 0), ScoredCompletion(f"{i}b", [1], None, "external", 1, True, 1)]
-        return QuestionGroup(t, 0, ChatPrompt("", ""), [1], comps, PEER_A)
+        return group_key(t.spec, (c.text for c in comps)), QuestionGroup(t, 0, ChatPrompt("", ""), [1], comps, PEER_A)
 
-    assert pool.add(group(1)) is None and pool.add(group(2)) is None
-    assert pool.add(group(3)) == "full"
+    assert pool.add(*group(1)) is None and pool.add(*group(2)) is None
+    assert pool.add(*group(3)) == "full"
     now[0] = 11
-    assert len(pool) == 0 and pool.add(group(3)) is None
-    assert pool.add(group(1)) == "replay"  # still remembered for 2 × TTL
+    assert len(pool) == 0 and pool.add(*group(3)) is None
+    assert pool.add(*group(1)) == "replay"  # still remembered for 2 × TTL
     now[0] = 40
-    assert pool.add(group(1)) is None
+    assert pool.add(*group(1)) is None
 
 
 def test_node_takes_peer_bundles_through_its_inbox(backend_factory, tmp_path):

@@ -12,7 +12,7 @@ import queue
 from dataclasses import dataclass, field
 
 from .intake import IntakeContext, Rejected, admit_group
-from .pool import GroupPool
+from .pool import GroupPool, group_key
 from .wire import WireError, decode_bundle
 
 MAX_QUEUED_BUNDLES = 256  # beyond this, offers are dropped (and counted) until the round drains
@@ -66,11 +66,15 @@ class Inbox:
                 report.refuse(peer, f"bundle claims to come from {bundle.node_id[:16]}")
                 continue
             for wire_group in bundle.groups:
+                key = group_key(wire_group.spec.task_spec(), (c.text for c in wire_group.completions))
+                if self.pool.seen(key):  # refused before regenerating, re-tokenising and scoring it
+                    report.refuse(peer, "replay")
+                    continue
                 result = admit_group(wire_group, peer, ctx)
                 if isinstance(result, Rejected):
                     report.refuse(peer, result.reason)
                     continue
-                why = self.pool.add(result)
+                why = self.pool.add(key, result)
                 if why:
                     report.refuse(peer, why)
                 else:

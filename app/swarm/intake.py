@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ...backends.base import ChatPrompt
 from ..reward import score
 from ..rollout import QuestionGroup, ScoredCompletion
-from ..tasks import TaskError, TaskSpec, load_preset, preset_names, regenerate
+from ..tasks import TaskError, load_preset, preset_names, regenerate
 from .wire import WireGroup
 
 
@@ -36,7 +36,7 @@ class IntakeContext:
 
 
 def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext) -> QuestionGroup | Rejected:
-    spec = TaskSpec(wire.spec.preset, wire.spec.dataset, wire.spec.config, wire.spec.seed, wire.spec.index)
+    spec = wire.spec.task_spec()
     if spec.preset not in preset_names():
         return Rejected(peer, f"unknown preset {spec.preset!r}")
     try:

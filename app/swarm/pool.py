@@ -1,8 +1,8 @@
 """Admitted external question-groups waiting to be sampled: bounded, expiring, used at most once.
 
-A group is keyed by a digest of its spec and completion texts, so a replayed bundle (or the same
-group relayed by several peers) is recognised and counted once. Keys are remembered for twice the
-TTL after the group itself is gone.
+A group is keyed by a digest of its spec and the replies as they travelled, so a replayed bundle
+(or the same group relayed by several peers) is recognised — before any work is spent admitting
+it again — and counted once. Keys are remembered for twice the TTL after the group is gone.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from ..rollout import QuestionGroup
+from ..tasks import TaskSpec
 
 
-def group_key(group: QuestionGroup) -> str:
-    h = hashlib.sha256(repr(group.task.spec).encode())
-    for c in sorted(c.text for c in group.completions):
-        h.update(b"\0" + c.encode("utf-8", "replace"))
+def group_key(spec: TaskSpec, replies: Iterable[str]) -> str:
+    h = hashlib.sha256(repr(spec).encode())
+    for text in sorted(replies):
+        h.update(b"\0" + text.encode("utf-8", "replace"))
     return h.hexdigest()
 
 
@@ -35,11 +36,13 @@ class GroupPool:
         while self._seen and now - next(iter(self._seen.values())) > 2 * self.ttl_s:
             self._seen.popitem(last=False)
 
-    def add(self, group: QuestionGroup) -> str | None:
-        """None when admitted, else why not ("replay", "full")."""
+    def seen(self, key: str) -> bool:
         self._expire()
-        key = group_key(group)
-        if key in self._seen:
+        return key in self._seen
+
+    def add(self, key: str, group: QuestionGroup) -> str | None:
+        """None when admitted, else why not ("replay", "full")."""
+        if self.seen(key):
             return "replay"
         if len(self._groups) >= self.max_groups:
             return "full"

@@ -19,6 +19,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from ..rollout import QuestionGroup
+from ..tasks import TaskSpec
 
 PROTOCOL_VERSION = 1
 MAX_BUNDLE_BYTES = 512 * 1024  # compressed, on the wire
@@ -39,6 +40,9 @@ class WireSpec(Struct, forbid_unknown_fields=True, frozen=True):
     config: Annotated[str, Meta(min_length=2, max_length=2048)]  # canonical JSON, checked against the preset
     seed: Annotated[int, Meta(ge=0, lt=2**31)]
     index: Annotated[int, Meta(ge=0, lt=1_000_000)]
+
+    def task_spec(self) -> TaskSpec:
+        return TaskSpec(self.preset, self.dataset, self.config, self.seed, self.index)
 
 
 class WireCompletion(Struct, forbid_unknown_fields=True, frozen=True):
