@@ -1,4 +1,4 @@
-"""The `swarmling` command: run, doctor, bench, config."""
+"""The `swarmling` command: run, sim, id, doctor, bench, config."""
 
 from __future__ import annotations
 
@@ -42,6 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=_positive, help="stop after this many rounds")
     _add_overrides(run)
 
+    sim = sub.add_parser("sim", help="run N real nodes on 127.0.0.1 as one swarm (demos, tests, experiments)")
+    sim.add_argument("--nodes", type=_positive, default=3, help="how many nodes (default 3)")
+    sim.add_argument("--rounds", type=_positive, default=3, help="rounds per node (default 3)")
+    sim.add_argument("--dir", type=Path, help="where the nodes keep their state (default: a new folder under the state dir)")
+    sim.add_argument("--tiny", action="store_true", help="tiny rounds (4 questions x 4 completions, 12 tokens): for network experiments")
+    sim.add_argument("--timeout", type=_positive, default=3600, help="stop every node after this many seconds (default 3600)")
+    _add_overrides(sim)
+
+    ident = sub.add_parser("id", help="show this node's peer ID and the addresses peers can dial")
+    who = ident.add_mutually_exclusive_group()
+    who.add_argument("--new", action="store_true", help="replace the identity with a fresh one (a cloned machine, a leaked key)")
+    who.add_argument("--adopt", action="store_true", help="keep the identity on this machine after moving the node here")
+    _add_overrides(ident)
+
     doctor = sub.add_parser("doctor", help="show hardware, the backend it would use and why, model and paths")
     _add_overrides(doctor)
 
@@ -59,16 +73,26 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="shipped model name or path to a .gguf file")
     p.add_argument("--preset", help="task preset (starter, sapo9)")
     p.add_argument("--threads", type=_positive, help="CPU threads")
+    p.add_argument("--peer", dest="peers", action="append", default=[], metavar="MULTIADDR",
+                   help="a peer to stay connected to, /ip4/…/tcp/…/p2p/<peer id> (repeatable)")
+    p.add_argument("--port", type=int, help="swarm listen port (0: any free port)")
+    p.add_argument("--swarm", help="swarm name: nodes only meet nodes of the same swarm")
     p.add_argument("--set", dest="assignments", action="append", type=_assignment, default=[], metavar="SECTION.KEY=VALUE",
                    help="override any config key (repeatable)")
 
 
 def _cli_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
     pairs = list(getattr(args, "assignments", []) or [])
-    for flag, key in (("model", "model.name"), ("preset", "round.preset"), ("threads", "backend.threads")):
+    for flag, key in (
+        ("model", "model.name"), ("preset", "round.preset"), ("threads", "backend.threads"),
+        ("port", "swarm.port"), ("swarm", "swarm.name"),
+    ):
         value = getattr(args, flag, None)
         if value is not None:
             pairs.append((key, value))
+    peers = getattr(args, "peers", None)
+    if peers:
+        pairs.append(("swarm.peers", tuple(peers)))
     return pairs
 
 
@@ -97,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import doctor
 
         return _guard(lambda: doctor(config, paths, config_file))
+    if args.command == "id":
+        return _guard(lambda: _identity(config, paths, new=args.new, adopt=args.adopt))
+    if args.command == "sim":
+        from .sim import SimOptions, simulate
+
+        options = SimOptions(args.nodes, args.rounds, args.dir, args.tiny, args.timeout, _cli_overrides(args))
+        return _guard(lambda: simulate(options, paths))
     if args.command == "bench":
         from .bench import bench
 
@@ -113,6 +144,36 @@ def _config(config: Config, args: argparse.Namespace) -> int:
         for key, value in values.items():
             print(f"{key} = {'auto' if value is None else repr(value)}")
     return 0
+
+
+def _identity(config: Config, paths, *, new: bool, adopt: bool) -> int:
+    from .swarm.identity import IdentityError, load_or_create, new_identity
+
+    paths.ensure()
+    try:
+        identity = new_identity(paths.data_dir) if new else load_or_create(paths.data_dir, adopt=adopt)
+    except IdentityError as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+    sw = config.swarm
+    print(f"peer id  {identity.peer_id}{'  (new)' if identity.created else ''}")
+    print(f"swarm    {sw.name}{'' if sw.enabled else ' (disabled in config)'}")
+    print("dial me at (give one of these to a friend's --peer):")
+    for host in _listen_hosts(sw.listen_host):
+        port = sw.port if sw.port else "<port chosen at start>"
+        print(f"  /ip4/{host}/tcp/{port}/p2p/{identity.peer_id}")
+    return 0
+
+
+def _listen_hosts(listen_host: str) -> list[str]:
+    if listen_host not in ("0.0.0.0", ""):
+        return [listen_host]
+    import socket
+
+    import psutil
+
+    hosts = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET]
+    return sorted(set(hosts), key=lambda h: (h.startswith("127."), h)) or ["127.0.0.1"]
 
 
 def _guard(fn) -> int:

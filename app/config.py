@@ -41,9 +41,12 @@ class RoundSection(_Section):
     completions: int | None = Field(default=None, ge=2, le=64)  # G: completions per question
     max_new_tokens: int | None = Field(default=None, ge=4, le=8192)
     temperature: float = Field(default=1.0, gt=0.05, le=2.0)
-    # I local + J external question-groups trained on per round (the paper's best: 4 / 4).
+    # I local + J external question-groups trained on per round (the paper's best: 4 / 4). When
+    # fewer than J external groups are available (no peers yet), local groups fill the gap.
     local_groups: int | None = Field(default=None, ge=0, le=256)
-    external_groups: int = Field(default=0, ge=0, le=256)
+    external_groups: int = Field(default=4, ge=0, le=256)
+    # At most this many external groups from any one peer per round.
+    max_groups_per_peer: int = Field(default=2, ge=1, le=256)
 
 
 class TrainSection(_Section):
@@ -56,6 +59,10 @@ class TrainSection(_Section):
     clip_high: float = Field(default=0.28, ge=0, le=10)
     # Truncated importance weight pi_trainer / pi_sampler, capped here; 0 switches it off.
     importance_cap: float = Field(default=2.0, ge=0, le=100)
+    # Peers' completions were sampled by other policies. When > 0, each external completion is
+    # weighted by min(cap, p_ours(text) / p_sender(text)) from the sender's summed logprob
+    # (sequence-level truncated importance sampling); 0 (default) trains on them as on-policy.
+    external_importance_cap: float = Field(default=0.0, ge=0, le=100)
     max_grad_norm: float = Field(default=1.0, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     microbatch_tokens: int | None = Field(default=None, ge=64)
@@ -80,6 +87,21 @@ class CheckpointSection(_Section):
     keep: int = Field(default=3, ge=1, le=1000)
 
 
+class SwarmSection(_Section):
+    enabled: bool = True
+    # Nodes only meet others with the same name (topics are namespaced by it).
+    name: str = Field(default="main", min_length=1, max_length=64, pattern=r"^[a-z0-9_][a-z0-9_.-]*$")
+    listen_host: str = "0.0.0.0"
+    port: int = Field(default=38433, ge=0, le=65535)  # 0: any free port
+    # /ip4/…/tcp/…/p2p/<peer id> addresses: bootstrap nodes to join through, and static peers
+    # to stay connected to (also --peer). Peers met before are remembered across restarts.
+    bootstrap: tuple[str, ...] = ()
+    peers: tuple[str, ...] = ()
+    mdns: bool = True  # find and join nodes on the local network
+    # Bundles fetched per round are capped by this many KiB, whatever the swarm's size.
+    inbound_kib_per_round: int = Field(default=256, ge=8, le=65536)
+
+
 class RunSection(_Section):
     # What Ctrl-C / SIGTERM does to the round in flight: drop it now, or finish it first.
     on_stop: Literal["abandon", "finish"] = "abandon"
@@ -93,6 +115,7 @@ class Config(_Section):
     train: TrainSection = TrainSection()
     reward: RewardSection = RewardSection()
     checkpoint: CheckpointSection = CheckpointSection()
+    swarm: SwarmSection = SwarmSection()
     run: RunSection = RunSection()
 
 

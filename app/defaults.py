@@ -39,6 +39,12 @@ def resolve(config: Config, hw: Hardware, preset: Preset) -> Resolved:
         questions=questions,
         completions=completions,
         max_new_tokens=config.round.max_new_tokens or preset.max_new_tokens,
-        local_groups=questions if config.round.local_groups is None else config.round.local_groups,
+        # SAPO's I local + J external: by default the questions a round generates split between the
+        # two (8 questions -> 4 local + 4 external, the paper's best mix).
+        local_groups=(
+            max(1, questions - config.round.external_groups)
+            if config.round.local_groups is None
+            else config.round.local_groups
+        ),
         microbatch_tokens=microbatch,
     )

@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from .swarm.inbox import Inbox
 from .swarm.intake import IntakeContext
 from .swarm.pool import GroupPool
 from .tasks import load_preset
+
+if TYPE_CHECKING:
+    from .swarm.swarm import Swarm
 
 STATE_VERSION = 1
 
@@ -55,7 +59,7 @@ def build_backend(name: str, config: Config, paths: Paths, resolved: Resolved, g
             temperature=config.round.temperature,
             lora=LoraSettings(t.lora_r, t.lora_alpha, t.lora_dropout, tuple(t.target_modules)),
             optim=OptimSettings(t.learning_rate, t.weight_decay, t.max_grad_norm, resolved.microbatch_tokens),
-            grpo=GrpoSettings(t.clip_low, t.clip_high, t.importance_cap),
+            grpo=GrpoSettings(t.clip_low, t.clip_high, t.importance_cap, t.external_importance_cap),
             seed=seed,
         )
     )
@@ -74,6 +78,8 @@ class Node:
         self._lock_file = None
         # Peers' bundles arrive here from the network thread; rounds take J groups from the pool.
         self.inbox = Inbox(GroupPool())
+        self.swarm: Swarm | None = None
+        self._alone_notice: bool | None = None
 
     def _take_lock(self) -> None:
         """One node per state dir: two writers would interleave checkpoints and metrics."""
@@ -118,6 +124,9 @@ class Node:
         self.model = model
         self.backend = build_backend(choice.name, cfg, self.paths, self.resolved, model.gguf, model.name, seed % 2**31)
         self.rng = np.random.default_rng(seed)
+        # Which bundles to fetch depends on what the network delivered: a separate stream, so the
+        # round's own draws (tasks, sampling, the training set) stay reproducible from the seed.
+        self.rng_network = np.random.default_rng([seed, 1])
         self.curriculum = Curriculum(self.preset)
         last_record = None
         if checkpoint is not None:
@@ -133,6 +142,8 @@ class Node:
             self.curriculum = Curriculum.from_dict(self.preset, checkpoint.state.get("curriculum"))
             last_record = checkpoint.state.get("metrics")
         metrics_log.reconcile(self.paths.metrics_file, self.round, last_record)
+        if cfg.swarm.enabled:
+            self.swarm = self._start_swarm()
         info = self.backend.info()
         self.emit(
             NodeStarted(
@@ -146,6 +157,34 @@ class Node:
             )
         )
 
+    def _start_swarm(self) -> Swarm:
+        from .swarm.host import SwarmError
+        from .swarm.identity import IdentityError, load_or_create
+        from .swarm.swarm import Swarm, SwarmSettings
+
+        sw = self.config.swarm
+        try:
+            identity = load_or_create(self.paths.data_dir)
+            swarm = Swarm(
+                SwarmSettings(sw.name, sw.listen_host, sw.port, sw.bootstrap, sw.peers, sw.mdns, sw.inbound_kib_per_round * 1024),
+                identity,
+                self.inbox,
+                self.paths.data_dir,
+                self.model.name,
+            )
+            swarm.start()
+        except IdentityError as exc:
+            raise NodeError(str(exc)) from None
+        except ValueError as exc:  # a bootstrap / peer address that does not parse
+            raise NodeError(f"[swarm] {exc}") from None
+        except SwarmError as exc:
+            raise NodeError(
+                f"{exc}. Another program (or swarmling node) may hold port {sw.port}: pick another with "
+                "--port, --set swarm.port=0 for any free port, or run alone with --set swarm.enabled=false"
+            ) from None
+        self.emit(Notice("info", f"swarm {sw.name!r}: peer {identity.peer_id}, listening on {', '.join(swarm.listen_addrs)}"))
+        return swarm
+
     def round_settings(self) -> RoundSettings:
         cfg, res = self.config, self.resolved
         return RoundSettings(
@@ -157,6 +196,7 @@ class Node:
             external_groups=cfg.round.external_groups,
             prefill_answer=cfg.reward.prefill_answer,
             format_bonus=cfg.reward.format_bonus,
+            max_groups_per_peer=cfg.round.max_groups_per_peer,
         )
 
     # ---- the loop ----------------------------------------------------------------------------
@@ -176,10 +216,22 @@ class Node:
                 break
             round_no = self.round + 1
             started = time.time()
-            intake = self.inbox.drain(self._intake_context())
-            for reason in intake.reasons:
-                self.emit(Notice("warning", f"refused from a peer: {reason}"))
-            external = self.inbox.pool.available() if self.config.round.external_groups else []
+            if self.swarm is not None:
+                # Fetches run on the network thread while this round generates.
+                self.swarm.plan_fetches(self.rng_network)
+            intakes = []
+
+            def take_external():
+                # Bundles that arrived so far (fetched while we generated) are verified now.
+                intake = self.inbox.drain(self._intake_context())
+                intakes.append(intake)
+                for reason in intake.reasons:
+                    self.emit(Notice("warning", f"refused from a peer: {reason}"))
+                if self.swarm is not None:
+                    for peer, count in intake.by_peer.items():
+                        self.swarm.penalize(peer, count)
+                return self.inbox.pool.available() if self.config.round.external_groups else []
+
             try:
                 outcome = run_round(
                     round_no,
@@ -188,22 +240,26 @@ class Node:
                     self.curriculum,
                     self.round_settings(),
                     self.rng,
-                    external=external,
+                    external=take_external,
                     should_stop=self.stop_now.is_set,
                     on_phase=lambda phase: self.emit(PhaseChanged(round_no, phase)),
+                    share=self._share(round_no) if self.swarm is not None else None,
                 )
             except Abandoned:
                 self.emit(Notice("info", f"round {round_no} abandoned; the node resumes after round {self.round}"))
                 break
             self.inbox.pool.mark_used(outcome.used_external)
             record = outcome.metrics | {
-                "external_rejected": intake.rejected,
+                "external_rejected": sum(i.rejected for i in intakes),
                 "timestamp": started,
                 "wall_seconds": round(time.time() - started, 3),
                 "model": self.model.name,
                 "preset": self.preset.name,
                 "backend": self.backend.info().name,
             }
+            if self.swarm is not None:
+                record |= self.swarm.round_stats()
+                self._tell_if_alone(record)
             self._checkpoint(round_no, record, outcome.curriculum)
             self.curriculum = outcome.curriculum
             self.round = round_no
@@ -211,6 +267,22 @@ class Node:
             self.emit(RoundFinished(record))
             done += 1
         return done
+
+    def _share(self, round_no: int):
+        prefill = OPEN if self.config.reward.prefill_answer else ""
+
+        def share(groups) -> None:
+            self.swarm.share(groups, round_no, prefill)
+
+        return share
+
+    def _tell_if_alone(self, record: dict) -> None:
+        alone = record["peers"] == 0
+        if alone and self._alone_notice is not True:
+            self.emit(Notice("info", "no peers yet: training on local groups only (the swarm keeps looking)"))
+        elif not alone and self._alone_notice:
+            self.emit(Notice("info", f"connected to {record['peers']} peer(s)"))
+        self._alone_notice = alone
 
     def _intake_context(self) -> IntakeContext:
         return IntakeContext(
@@ -243,6 +315,9 @@ class Node:
             raise NodeError(f"could not save the checkpoint of round {round_no}: {exc}") from exc
 
     def close(self) -> None:
+        if self.swarm is not None:
+            self.swarm.stop()
+            self.swarm = None
         if self.backend is not None:
             self.backend.close()
             self.backend = None

@@ -21,6 +21,7 @@ class ScoredCompletion:
     strict: float
     well_formed: bool
     reward: float
+    sender_logprob: float | None = None  # a peer's completion: the sender's summed sampling logprob
 
 
 @dataclass

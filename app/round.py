@@ -27,7 +27,7 @@ from .tasks import Preset, regenerate
 # of groups carry a learning signal; a plain instruction gave 8% and 50%.
 SYSTEM_PROMPT = "Reply with only the final answer inside <answer></answer> tags, for example: <answer>42</answer>"
 
-PHASES = ("tasks", "generate", "score", "sample", "train", "hand-off")
+PHASES = ("tasks", "generate", "score", "share", "sample", "train", "hand-off")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class RoundSettings:
     external_groups: int
     prefill_answer: bool
     format_bonus: float
+    max_groups_per_peer: int | None = None
 
 
 @dataclass
@@ -51,6 +52,8 @@ class RoundOutcome:
 
 
 PhaseCallback = Callable[[str], None]
+ShareCallback = Callable[[list[QuestionGroup]], None]  # this round's scored groups, to the swarm
+ExternalSource = Callable[[], Sequence[QuestionGroup]]  # peers' verified groups, asked for at sampling
 
 
 def run_round(
@@ -60,9 +63,10 @@ def run_round(
     curriculum: Curriculum,
     settings: RoundSettings,
     rng: np.random.Generator,
-    external: Sequence[QuestionGroup] = (),
+    external: Sequence[QuestionGroup] | ExternalSource = (),
     should_stop: StopCheck | None = None,
     on_phase: PhaseCallback | None = None,
+    share: ShareCallback | None = None,
 ) -> RoundOutcome:
     stop = should_stop or (lambda: False)
     phase = on_phase or (lambda name: None)
@@ -111,18 +115,29 @@ def run_round(
         groups.append(QuestionGroup(task, level, prompt, prompt_ids, scored))
     lap("score")
 
-    # 4. build the training set: I local + J external groups with signal, sampled uniformly
+    # 4. share the round's groups with the swarm (returns at once; the network is another thread)
+    if share is not None:
+        phase("share")
+        share(groups)
+        lap("share")
+
+    # 5. build the training set: I local + J external groups with signal, sampled uniformly.
+    # Peers' groups are taken only now, so bundles fetched while we generated are already in.
     phase("sample")
-    selection = select_groups(groups, external, settings.local_groups, settings.external_groups, rng)
+    if callable(external):
+        external = external()
+    selection = select_groups(
+        groups, external, settings.local_groups, settings.external_groups, rng, settings.max_groups_per_peer
+    )
     samples = [
-        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs)
+        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob)
         for g in selection.groups
         for c, adv in zip(g.completions, g.advantages())
         if c.token_ids
     ]
     lap("sample")
 
-    # 5. one GRPO update (skipped when no group has any signal) and 6. hand-off
+    # 6. one GRPO update (skipped when no group has any signal) and 7. hand-off
     train_stats = None
     handoff_s = 0.0
     if samples and any(s.advantage != 0 for s in samples):

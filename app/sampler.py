@@ -1,7 +1,9 @@
 """SAPO's training-set builder: I local + J external question-groups per round.
 
 Groups whose advantages are all zero teach nothing and are dropped first; the rest are sampled
-uniformly. One peer may contribute at most `max_per_peer` external groups per round.
+uniformly. One peer may contribute at most `max_per_peer` external groups per round. When fewer
+than J external groups are usable (no peers yet, or nothing with signal), local groups fill the
+empty slots, so a lone node trains on I + J local groups — the paper's "training alone" baseline.
 """
 
 from __future__ import annotations
@@ -53,4 +55,5 @@ def select_groups(
             per_peer[g.source] += 1
             if len(chosen_external) == external_groups:
                 break
-    return Selection(_uniform(local_ok, local_groups, rng), chosen_external)
+    local_take = local_groups + (external_groups - len(chosen_external))
+    return Selection(_uniform(local_ok, local_take, rng), chosen_external)

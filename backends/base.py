@@ -71,6 +71,9 @@ class TrainSample:
     # pi_old per token when the caller has it (several updates per round, tests); otherwise the
     # trainer takes its current policy as pi_old, which is exact for one update per round.
     old_logprobs: list[float] | None = None
+    # For a peer's completion: the sender's summed sampling logprob of the whole text, used by the
+    # optional sequence-level importance weight (train.external_importance_cap).
+    sequence_behaviour_logprob: float | None = None
 
 
 @dataclass

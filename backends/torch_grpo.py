@@ -9,6 +9,14 @@ Per token t of completion i with advantage A_i:
 No KL term. `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
 detached: it corrects for the sampler (llama.cpp on a quantized file) not being exactly the
 trainer's policy (Yao et al. 2025, "truncated importance sampling"). It is 1 when unused.
+
+Peers' completions (SAPO's external rollouts) were sampled by another node's policy, and only
+its summed logprob of the whole text travels. With `external_importance_cap` > 0 every token of
+such a completion gets the sequence-level weight min(exp(sum_t old_logp_t - sender_logp), cap):
+how much likelier our policy finds the text than the sender did, truncated. It down-weights
+text our policy would rarely write. The ratio is only meaningful when both sides tokenise the
+text alike (same model family); across tokenizers it compares different segmentations. Off by
+default, as in the paper, which treats external rollouts as if they were on-policy.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ class GrpoSettings:
     clip_high: float = 0.28
     # Cap of the truncated importance weight pi_old / pi_sampler; 0 turns the correction off.
     importance_cap: float = 2.0
+    # Cap of the sequence-level weight for peers' completions; 0 (default) leaves them unweighted.
+    external_importance_cap: float = 0.0
 
 
 def grpo_token_objective(
@@ -48,3 +58,8 @@ def grpo_token_objective(
 
 def truncated_importance_weight(old_logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float) -> torch.Tensor:
     return torch.clamp(torch.exp(old_logp.detach() - sampler_logp), max=cap)
+
+
+def sequence_importance_weight(old_logp_sum: torch.Tensor, sender_logp_sum: torch.Tensor, cap: float) -> torch.Tensor:
+    """min(pi_old(text) / pi_sender(text), cap) per completion, from summed logprobs; detached."""
+    return torch.clamp(torch.exp(torch.clamp(old_logp_sum.detach() - sender_logp_sum, max=50.0)), max=cap)

@@ -21,7 +21,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from .base import Abandoned, StopCheck, TrainSample, TrainStats
-from .torch_grpo import GrpoSettings, grpo_token_objective, truncated_importance_weight
+from .torch_grpo import GrpoSettings, grpo_token_objective, sequence_importance_weight, truncated_importance_weight
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -243,6 +243,27 @@ class TorchLoraTrainer:
         return old
 
     def _importance_weight(self, samples, indices, owner, old: torch.Tensor):
+        weight, stats = self._sampler_weight(samples, indices, owner, old)
+        external = self._external_weight(samples, indices, owner, old)
+        if external is not None:
+            weight = external if weight is None else weight * external
+        return weight, stats
+
+    def _external_weight(self, samples, indices, owner, old: torch.Tensor) -> torch.Tensor | None:
+        """Sequence-level truncated importance weight for peers' completions (off unless capped)."""
+        cap = self.grpo.external_importance_cap
+        sender = [samples[i].sequence_behaviour_logprob for i in indices]
+        if cap <= 0 or all(s is None for s in sender):
+            return None
+        weight = torch.ones_like(old)
+        for local, s in enumerate(sender):
+            if s is not None:
+                mask = owner == local
+                total = old[mask].sum()
+                weight[mask] = sequence_importance_weight(total, torch.tensor(s, dtype=old.dtype, device=old.device), cap)
+        return weight
+
+    def _sampler_weight(self, samples, indices, owner, old: torch.Tensor):
         behaviour = [samples[i].behaviour_logprobs for i in indices]
         if all(b is None for b in behaviour):
             return None, None

@@ -14,6 +14,9 @@ import pytest
 
 TEST_CACHE = Path(os.environ.get("SWARMLING_TEST_CACHE", platformdirs.user_cache_dir("swarmling-tests")))
 os.environ.setdefault("SWARMLING_CACHE_DIR", str(TEST_CACHE))
+# Nodes started by tests that are not about the swarm run alone (no port, no mDNS on the test
+# machine); swarm tests switch it on with --set, which outranks the environment.
+os.environ["SWARMLING_SWARM__ENABLED"] = "false"
 
 
 @pytest.fixture(scope="session")

@@ -24,9 +24,12 @@ class DrainReport:
     admitted: int = 0
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
+    by_peer: dict[str, int] = field(default_factory=dict)  # refusals that count against a peer
 
-    def refuse(self, peer: str, reason: str) -> None:
+    def refuse(self, peer: str, reason: str, blame: bool = True) -> None:
         self.rejected += 1
+        if blame and peer != "inbox":
+            self.by_peer[peer] = self.by_peer.get(peer, 0) + 1
         if len(self.reasons) < 20:
             self.reasons.append(f"{peer[:16]}: {reason}")
 
@@ -68,14 +71,14 @@ class Inbox:
             for wire_group in bundle.groups:
                 key = group_key(wire_group.spec.task_spec(), (c.text for c in wire_group.completions))
                 if self.pool.seen(key):  # refused before regenerating, re-tokenising and scoring it
-                    report.refuse(peer, "replay")
+                    report.refuse(peer, "replay", blame=False)  # honest relays and resends happen
                     continue
                 result = admit_group(wire_group, peer, ctx)
                 if isinstance(result, Rejected):
-                    report.refuse(peer, result.reason)
+                    report.refuse(peer, result.reason, result.blame)
                     continue
                 why = self.pool.add(key, result)
                 if why:
-                    report.refuse(peer, why)
+                    report.refuse(peer, why, blame=False)
                 else:
                     report.admitted += 1

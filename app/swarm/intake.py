@@ -21,6 +21,9 @@ from .wire import WireGroup
 class Rejected:
     peer: str
     reason: str
+    # True when the group can only be a lie (a question that does not match its spec); False for
+    # what an honest peer on another version or tokenizer may send.
+    blame: bool = True
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class IntakeContext:
 def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext) -> QuestionGroup | Rejected:
     spec = wire.spec.task_spec()
     if spec.preset not in preset_names():
-        return Rejected(peer, f"unknown preset {spec.preset!r}")
+        return Rejected(peer, f"unknown preset {spec.preset!r}", blame=False)
     try:
         level = load_preset(spec.preset).level_of(spec)
         task = regenerate(spec)
@@ -64,8 +67,10 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext) -> QuestionGroup
             continue
         s = score(task, wc.text, ctx.format_bonus)
         completions.append(
-            ScoredCompletion(completion_text, token_ids, None, "external", s.strict, s.well_formed, s.reward)
+            ScoredCompletion(
+                completion_text, token_ids, None, "external", s.strict, s.well_formed, s.reward, sender_logprob=wc.logprob
+            )
         )
     if len(completions) < 2:
-        return Rejected(peer, "fewer than two usable completions")
+        return Rejected(peer, "fewer than two usable completions", blame=False)
     return QuestionGroup(task, level, prompt, prompt_ids, completions, source=peer)

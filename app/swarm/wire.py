@@ -67,12 +67,60 @@ class Bundle(Struct, forbid_unknown_fields=True, frozen=True):
     groups: Annotated[list[WireGroup], Meta(min_length=1, max_length=MAX_GROUPS)]
 
 
+MAX_ANNOUNCEMENT_BYTES = 16 * 1024
+MAX_ADDRS = 4
+
+Digest = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+Addr = Annotated[str, Meta(min_length=8, max_length=200)]
+
+
+class AnnouncedGroup(Struct, forbid_unknown_fields=True, frozen=True):
+    spec: WireSpec
+    reward_mean: Annotated[float, Meta(ge=0.0, le=1.0)]  # the sender's own score; a hint, re-checked
+
+
+class Announcement(Struct, forbid_unknown_fields=True, frozen=True):
+    """Gossiped each round (small, signed by libp2p): what a node has, so that receivers fetch
+    only the bundles their sampler wants, directly from the node that made them."""
+
+    version: Annotated[int, Meta(ge=1, le=1000)]
+    swarm: Name
+    node_id: PeerId
+    model: ModelName
+    round: Annotated[int, Meta(ge=0, lt=2**53)]
+    timestamp: Annotated[float, Meta(ge=0, le=1e11)]
+    digest: Digest  # sha256 of the compressed bundle
+    size: Annotated[int, Meta(ge=1, le=MAX_BUNDLE_BYTES)]
+    addrs: Annotated[list[Addr], Meta(max_length=MAX_ADDRS)]
+    groups: Annotated[list[AnnouncedGroup], Meta(min_length=1, max_length=MAX_GROUPS)]
+
+
 class WireError(ValueError):
     """Why bytes from a peer were refused (logged with the peer; nothing else happens)."""
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Bundle)
+_announcement_decoder = msgspec.msgpack.Decoder(Announcement)
+
+
+def encode_announcement(announcement: Announcement) -> bytes:
+    data = _encoder.encode(announcement)
+    if len(data) > MAX_ANNOUNCEMENT_BYTES:
+        raise WireError(f"announcement is {len(data)} bytes, over the {MAX_ANNOUNCEMENT_BYTES} limit")
+    return data
+
+
+def decode_announcement(data: bytes) -> Announcement:
+    if len(data) > MAX_ANNOUNCEMENT_BYTES:
+        raise WireError(f"announcement of {len(data)} bytes exceeds {MAX_ANNOUNCEMENT_BYTES}")
+    try:
+        ann = _announcement_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise WireError(f"bad announcement: {exc}") from None
+    if ann.version != PROTOCOL_VERSION:
+        raise WireError(f"protocol version {ann.version}, this node speaks {PROTOCOL_VERSION}")
+    return ann
 
 
 def encode_bundle(bundle: Bundle) -> bytes:
@@ -105,6 +153,14 @@ def decode_bundle(data: bytes) -> Bundle:
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def announce(bundle: Bundle, body: bytes, addrs: Sequence[str], rewards: Sequence[float]) -> Announcement:
+    groups = [AnnouncedGroup(g.spec, min(1.0, max(0.0, r))) for g, r in zip(bundle.groups, rewards)]
+    return Announcement(
+        PROTOCOL_VERSION, bundle.swarm, bundle.node_id, bundle.model, bundle.round, bundle.timestamp,
+        digest(body), len(body), [a for a in addrs if 8 <= len(a) <= 200][:MAX_ADDRS], groups,
+    )
 
 
 def bundle_from_groups(

@@ -1,0 +1,207 @@
+"""`swarmling sim --nodes N`: N real nodes on 127.0.0.1, one swarm, one command.
+
+Each node is its own process (`swarmling run --headless`) with its own home (identity, state,
+logs), real libp2p on a free loopback port and the shipped model; the converted model cache is
+shared. Node 0 is every node's bootstrap peer and node i-1 is node i's static peer, so both ways
+of joining are exercised; everything else (announcement addresses) is learnt from the swarm.
+The sim prints each node's round as it lands and a swarm-wide line once every node has done that
+round, and writes `summary.json` (per-node and per-round figures) for benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean, median
+
+from .paths import Paths
+from .swarm.identity import new_identity
+
+TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    nodes: int
+    rounds: int
+    directory: Path | None
+    tiny: bool
+    timeout_s: int
+    overrides: list[tuple[str, object]]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return str(value)
+
+
+@dataclass
+class _SimNode:
+    index: int
+    home: Path
+    peer_id: str
+    port: int
+    process: subprocess.Popen | None = None
+    seen_lines: int = 0
+
+    @property
+    def addr(self) -> str:
+        return f"/ip4/127.0.0.1/tcp/{self.port}/p2p/{self.peer_id}"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.home / "state" / "metrics.jsonl"
+
+    def new_records(self) -> list[dict]:
+        try:
+            lines = self.metrics_file.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
+        fresh = lines[self.seen_lines :]
+        self.seen_lines = len(lines)
+        out = []
+        for line in fresh:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+def simulate(options: SimOptions, paths: Paths) -> int:
+    base = options.directory or paths.state_dir / "sim" / time.strftime("%Y%m%d-%H%M%S")
+    base.mkdir(parents=True, exist_ok=True)
+    swarm_name = f"sim-{os.getpid()}"
+    nodes = []
+    for i in range(options.nodes):
+        home = base / f"node-{i}"
+        identity = new_identity(home / "data")
+        nodes.append(_SimNode(i, home, identity.peer_id, _free_port()))
+    cores = os.cpu_count() or 1
+    env = os.environ | {"SWARMLING_CACHE_DIR": str(paths.cache_dir), "PYTHONUNBUFFERED": "1"}
+    env.pop("SWARMLING_HOME", None)
+    overrides = [*(TINY if options.tiny else ()), *options.overrides]
+    print(f"sim: {options.nodes} nodes, {options.rounds} rounds each, swarm {swarm_name!r}, state in {base}", flush=True)
+    for node in nodes:
+        settings = [
+            ("swarm.enabled", True), ("swarm.name", swarm_name), ("swarm.listen_host", "127.0.0.1"),
+            ("swarm.port", node.port), ("swarm.mdns", False), ("run.seed", 1000 + node.index),
+            ("backend.threads", max(1, cores // options.nodes)),
+        ]
+        if node.index > 0:
+            settings.append(("swarm.bootstrap", (nodes[0].addr,)))
+        if node.index > 1:
+            settings.append(("swarm.peers", (nodes[node.index - 1].addr,)))
+        settings += [(k, v) for k, v in overrides if k not in dict(settings)]
+        argv = [sys.executable, "-m", "swarmling.app", "--home", str(node.home), "run", "--headless", "--rounds", str(options.rounds)]
+        for key, value in settings:
+            argv += ["--set", f"{key}={_toml(value)}"]
+        log = open(node.home / "node.log", "w", encoding="utf-8")
+        node.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+        print(f"sim: node-{node.index} {node.peer_id[:16]}… on port {node.port}", flush=True)
+
+    by_round: dict[int, dict[int, dict]] = {}
+    deadline = time.monotonic() + options.timeout_s
+    interrupted = False
+    try:
+        while any(n.process.poll() is None for n in nodes) and time.monotonic() < deadline:
+            _collect(nodes, by_round, options.nodes)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("sim: stopping the nodes", flush=True)
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                os.killpg(node.process.pid, signal.SIGTERM)
+        for node in nodes:
+            try:
+                node.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(node.process.pid, signal.SIGKILL)
+                node.process.wait()
+    _collect(nodes, by_round, options.nodes)
+    summary = _summarise(nodes, by_round)
+    (base / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    failed = [n for n in nodes if n.process.returncode not in (0,)]
+    for node in failed:
+        tail = (node.home / "node.log").read_text(encoding="utf-8", errors="replace").splitlines()[-8:]
+        print(f"sim: node-{node.index} exited with {node.process.returncode}; last lines of its log:", file=sys.stderr)
+        for line in tail:
+            print(f"  {line}", file=sys.stderr)
+    print(f"sim: summary in {base / 'summary.json'}", flush=True)
+    return 130 if interrupted else (1 if failed else 0)
+
+
+def _collect(nodes: list[_SimNode], by_round: dict[int, dict[int, dict]], count: int) -> None:
+    for node in nodes:
+        for rec in node.new_records():
+            r = rec["round"]
+            by_round.setdefault(r, {})[node.index] = rec
+            print(
+                f"  node-{node.index} round {r:>3}  reward {rec['reward_mean']:.3f}  local {rec['local_groups']} "
+                f"external {rec['external_groups']} (rejected {rec.get('external_rejected', 0)})  peers {rec.get('peers', 0)}  "
+                f"in {rec.get('bytes_in', 0) / 1024:.0f} KiB out {rec.get('bytes_out', 0) / 1024:.0f} KiB",
+                flush=True,
+            )
+            if len(by_round[r]) == count:
+                recs = by_round[r].values()
+                print(
+                    f"swarm round {r:>3}  reward {fmean(x['reward_mean'] for x in recs):.3f}  "
+                    f"external groups used {sum(x['external_groups'] for x in recs)}  "
+                    f"mean in {fmean(x.get('bytes_in', 0) for x in recs) / 1024:.0f} KiB/node",
+                    flush=True,
+                )
+
+
+def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, dict]]) -> dict:
+    def med(values):
+        values = [v for v in values if v is not None]
+        return median(values) if values else None
+
+    rounds = {}
+    for r, recs in sorted(by_round.items()):
+        rs = list(recs.values())
+        rounds[r] = {
+            "nodes": len(rs),
+            "reward_mean": fmean(x["reward_mean"] for x in rs),
+            "external_groups": sum(x["external_groups"] for x in rs),
+            "bytes_in_per_node": fmean(x.get("bytes_in", 0) for x in rs),
+            "bytes_out_per_node": fmean(x.get("bytes_out", 0) for x in rs),
+            "announce_latency_s_p50": med(x.get("announce_latency_s_p50") for x in rs),
+            "fetch_seconds_p50": med(x.get("fetch_seconds_p50") for x in rs),
+        }
+    per_node = {}
+    for node in nodes:
+        recs = [by_round[r][node.index] for r in sorted(by_round) if node.index in by_round[r]]
+        per_node[f"node-{node.index}"] = {
+            "peer_id": node.peer_id,
+            "exit_code": node.process.returncode if node.process else None,
+            "rounds": len(recs),
+            "reward": [x["reward_mean"] for x in recs],
+            "external_groups": [x["external_groups"] for x in recs],
+            "external_rejected": [x.get("external_rejected", 0) for x in recs],
+            "peers": [x.get("peers", 0) for x in recs],
+            "bytes_in": [x.get("bytes_in", 0) for x in recs],
+            "bytes_out": [x.get("bytes_out", 0) for x in recs],
+        }
+    return {"rounds": rounds, "nodes": per_node}

@@ -1,0 +1,161 @@
+"""Announcements heard from the swarm, and the choice of which bundles to fetch.
+
+`offer()` runs as the gossip topic validator on the network thread: whatever it refuses is not
+relayed. It rate-limits each origin (a token bucket), keeps a bounded number of recent
+announcements per origin and in all, and never does more than decode a small message.
+
+`choose()` runs on the round loop: it picks, uniformly at random among fresh announcements that
+carry a learning signal, the bundles worth fetching this round, one per peer, within the
+round's inbound byte budget — so a node's inbound traffic is bounded by its budget, not by the
+swarm's size.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .wire import Announcement, WireError, decode_announcement
+
+MAX_ORIGINS = 512
+PER_ORIGIN = 4  # most recent announcements kept per origin
+MAX_CLOCK_SKEW_S = 600.0
+
+
+@dataclass(frozen=True)
+class Heard:
+    origin: str
+    announcement: Announcement
+    received: float  # wall clock, for announcement latency and freshness
+
+    @property
+    def signal_groups(self) -> int:
+        """Groups the sender scored as neither all-right nor all-wrong: likely to teach something."""
+        return sum(0.0 < g.reward_mean < 1.0 for g in self.announcement.groups)
+
+
+class TokenBucket:
+    def __init__(self, rate_per_s: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.stamp = rate_per_s, burst, burst, now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class Board:
+    def __init__(
+        self,
+        swarm: str,
+        self_id: str,
+        *,
+        rate_per_s: float = 1.0,
+        burst: float = 5.0,
+        ttl_s: float = 900.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.swarm, self.self_id = swarm, self_id
+        self.rate_per_s, self.burst, self.ttl_s, self.clock = rate_per_s, burst, ttl_s, clock
+        self._lock = threading.Lock()
+        self._heard: OrderedDict[str, deque[Heard]] = OrderedDict()  # origin -> recent, LRU by origin
+        self._buckets: dict[str, TokenBucket] = {}
+        self._taken: set[str] = set()  # digests already chosen for fetching
+        self.refused: dict[str, int] = {}  # reason -> count, for the log and the metrics
+        self.received = 0
+        self._latencies: deque[float] = deque(maxlen=256)  # publish → validated here, seconds
+
+    def _refuse(self, reason: str) -> bool:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        return False
+
+    def offer(self, origin: str, data: bytes) -> bool:
+        """Validate one gossiped announcement; False rejects it (not relayed, the forwarder loses score)."""
+        now = self.clock()
+        with self._lock:
+            bucket = self._buckets.get(origin)
+            if bucket is None:
+                if len(self._buckets) >= 4 * MAX_ORIGINS:
+                    self._buckets.clear()  # a flood of fresh identities: start counting over
+                bucket = self._buckets[origin] = TokenBucket(self.rate_per_s, self.burst, now)
+            if not bucket.take(now):
+                return self._refuse("rate limit")
+            try:
+                ann = decode_announcement(data)
+            except WireError:
+                return self._refuse("malformed")
+            if ann.node_id != origin:
+                return self._refuse("node id is not the signer")
+            if ann.swarm != self.swarm:
+                return self._refuse("another swarm")
+            if abs(ann.timestamp - now) > MAX_CLOCK_SKEW_S:
+                return self._refuse("stale or from the future")
+            recent = self._heard.pop(origin, None) or deque(maxlen=PER_ORIGIN)
+            if any(h.announcement.digest == ann.digest for h in recent):
+                self._heard[origin] = recent
+                return self._refuse("duplicate")
+            recent.append(Heard(origin, ann, now))
+            self._heard[origin] = recent
+            while len(self._heard) > MAX_ORIGINS:
+                self._heard.popitem(last=False)
+            self.received += 1
+            self._latencies.append(max(0.0, now - ann.timestamp))
+            return True
+
+    def take_latencies(self) -> list[float]:
+        with self._lock:
+            out = list(self._latencies)
+            self._latencies.clear()
+            return out
+
+    def fresh(self) -> list[Heard]:
+        now = self.clock()
+        with self._lock:
+            return [h for q in self._heard.values() for h in q if now - h.received <= self.ttl_s]
+
+    def choose(
+        self,
+        budget_bytes: int,
+        rng: np.random.Generator,
+        *,
+        avoid: Callable[[str], bool] = lambda origin: False,
+        max_bundles: int = 8,
+    ) -> list[Heard]:
+        """Bundles to fetch this round: unfetched, one per peer, signal first, within the budget."""
+        with self._lock:
+            taken = set(self._taken)
+        latest: dict[str, Heard] = {}
+        for h in self.fresh():
+            if h.announcement.digest in taken or avoid(h.origin):
+                continue
+            if h.origin not in latest or h.announcement.round > latest[h.origin].announcement.round:
+                latest[h.origin] = h
+        candidates = list(latest.values())
+        with_signal = [h for h in candidates if h.signal_groups]
+        without = [h for h in candidates if not h.signal_groups]
+        chosen, spent = [], 0
+        for pool in (with_signal, without):
+            for i in rng.permutation(len(pool)):
+                h = pool[int(i)]
+                if len(chosen) >= max_bundles:
+                    break
+                if spent + h.announcement.size > budget_bytes:
+                    continue
+                chosen.append(h)
+                spent += h.announcement.size
+        with self._lock:
+            self._taken.update(h.announcement.digest for h in chosen)
+            if len(self._taken) > 8192:
+                self._taken = {h.announcement.digest for q in self._heard.values() for h in q}
+        return chosen
+
+    def peers_heard(self) -> int:
+        return len({h.origin for h in self.fresh()})

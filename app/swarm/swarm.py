@@ -1,0 +1,198 @@
+"""The node's side of the swarm: share this round's groups, fetch what the sampler wants, count.
+
+Flow per round (all calls return at once; the network works in its own thread):
+1. `plan_fetches()` at the start of a round picks announced bundles within the inbound budget
+   and asks the host to fetch them while the node generates;
+2. `share()` after scoring keeps the encoded bundle for peers to fetch and gossips a small
+   announcement of it;
+3. fetched bundles are checked against the announced digest and dropped into the inbox, which
+   the round drains (decode, regenerate, re-score) when it builds its training set;
+4. `round_stats()` reports peers and bytes for the round's metrics record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..rollout import QuestionGroup
+from .board import Board
+from .host import HostSettings, SwarmHost, parse_peer_addr
+from .identity import Identity
+from .inbox import Inbox
+from .wire import (
+    PROTOCOL_VERSION,
+    WireError,
+    announce,
+    bundle_from_groups,
+    digest,
+    encode_announcement,
+    encode_bundle,
+)
+
+log = logging.getLogger("swarmling.swarm")
+
+KNOWN_PEERS_FILE = "known_peers.json"
+MAX_KNOWN_PEERS = 64
+OWN_BUNDLES_KEPT = 4  # peers fetch a bundle within a round or two of its announcement
+STRIKES_TO_IGNORE = 5  # bad bundles before a peer's announcements are no longer fetched
+
+
+@dataclass(frozen=True)
+class SwarmSettings:
+    name: str
+    listen_host: str
+    port: int
+    bootstrap: tuple[str, ...]
+    peers: tuple[str, ...]
+    mdns: bool
+    inbound_budget_bytes: int
+
+
+class Swarm:
+    def __init__(self, settings: SwarmSettings, identity: Identity, inbox: Inbox, data_dir: Path, model: str) -> None:
+        self.settings = settings
+        self.identity = identity
+        self.peer_id = identity.peer_id
+        self.inbox = inbox
+        self.model = model
+        self.known_peers_file = data_dir / KNOWN_PEERS_FILE
+        self.board = Board(settings.name, self.peer_id)
+        self._own: OrderedDict[str, bytes] = OrderedDict()  # digest -> body we serve
+        self._own_lock = threading.Lock()
+        self._strikes: dict[str, int] = {}
+        self._fetch_failures: deque[str] = deque(maxlen=50)
+        self._fetched = 0
+        self._last_counters = (0, 0)
+        for addr in (*settings.bootstrap, *settings.peers):
+            parse_peer_addr(addr)  # a typo is the user's to fix now, not a silent dial failure later
+        dial = tuple(dict.fromkeys((*settings.bootstrap, *settings.peers, *self._load_known())))
+        self.host = SwarmHost(
+            HostSettings(settings.name, PROTOCOL_VERSION, settings.listen_host, settings.port, dial, settings.mdns),
+            identity.key_pair,
+            gossip_validator=self.board.offer,
+            serve_bundle=self._serve,
+            on_fetched=self._on_fetched,
+            app_score=lambda peer: -5.0 * self._strikes.get(peer, 0),
+        )
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.host.start()
+
+    def stop(self) -> None:
+        self._save_known()
+        self.host.stop()
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        return list(self.host.listen_addrs)
+
+    # ---- per round ---------------------------------------------------------------------------
+    def plan_fetches(self, rng: np.random.Generator) -> int:
+        chosen = self.board.choose(
+            self.settings.inbound_budget_bytes, rng, avoid=lambda peer: self._strikes.get(peer, 0) >= STRIKES_TO_IGNORE
+        )
+        for heard in chosen:
+            ann = heard.announcement
+            self.host.fetch(heard.origin, ann.digest, ann.size, tuple(ann.addrs))
+        return len(chosen)
+
+    def share(self, groups: Sequence[QuestionGroup], round_no: int, prefill: str) -> int:
+        """Offer this round's groups to the swarm; returns the bundle's size (0 if nothing shared)."""
+        if not groups:
+            return 0
+        bundle = bundle_from_groups(
+            groups, swarm=self.settings.name, node_id=self.peer_id, model=self.model, round_no=round_no,
+            timestamp=time.time(), prefill=prefill,
+        )
+        try:
+            body = encode_bundle(bundle)
+            ann = encode_announcement(announce(bundle, body, self.host.listen_addrs, [g.strict_mean for g in groups]))
+        except WireError as exc:
+            log.warning("not sharing round %s: %s", round_no, exc)
+            return 0
+        with self._own_lock:
+            self._own[digest(body)] = body
+            while len(self._own) > OWN_BUNDLES_KEPT:
+                self._own.popitem(last=False)
+        self.host.publish(ann)
+        return len(body)
+
+    def penalize(self, peer: str, count: int = 1) -> None:
+        """The peer sent groups that failed verification (or a bundle that did not match its digest)."""
+        self._strikes[peer] = self._strikes.get(peer, 0) + count
+
+    def round_stats(self) -> dict:
+        bytes_in, bytes_out = self.host.counters.snapshot()
+        last_in, last_out = self._last_counters
+        self._last_counters = (bytes_in, bytes_out)
+        failures = list(self._fetch_failures)
+        self._fetch_failures.clear()
+        fetch_s = self.host.fetch_latency_s[-50:]
+        announce_s = self.board.take_latencies()
+        return {
+            "peers": len(self.host.connected_peers()),
+            "peers_heard": self.board.peers_heard(),
+            "bytes_in": bytes_in - last_in,
+            "bytes_out": bytes_out - last_out,
+            "announcements_in": self.board.received,
+            "announcements_refused": dict(self.board.refused),
+            "bundles_fetched": self._fetched,
+            "fetch_failures": failures[:5],
+            "fetch_seconds_p50": round(float(np.median(fetch_s)), 4) if fetch_s else None,
+            "announce_latency_s_p50": round(float(np.median(announce_s)), 4) if announce_s else None,
+        }
+
+    # ---- network-thread callbacks --------------------------------------------------------------
+    def _serve(self, wanted: str) -> bytes | None:
+        with self._own_lock:
+            return self._own.get(wanted)
+
+    def _on_fetched(self, peer: str, wanted: str, body: bytes | None, why: str, seconds: float) -> None:
+        if body is None:
+            self._fetch_failures.append(f"{peer[:16]}: {why}")
+            return
+        if digest(body) != wanted:
+            self._fetch_failures.append(f"{peer[:16]}: bundle does not match its announced digest")
+            self.penalize(peer)
+            return
+        self._fetched += 1
+        self.inbox.offer(peer, body)
+
+    # ---- known peers ---------------------------------------------------------------------------
+    def _load_known(self) -> list[str]:
+        try:
+            data = json.loads(self.known_peers_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        out = []
+        for text in data.get("peers", [])[:MAX_KNOWN_PEERS] if isinstance(data, dict) else []:
+            try:
+                if isinstance(text, str) and parse_peer_addr(text).peer_id.to_base58() != self.peer_id:
+                    out.append(text)
+            except ValueError:
+                continue
+        return out
+
+    def _save_known(self) -> None:
+        """Peers we were connected to, so a restart rejoins without a bootstrap node."""
+        addrs = self.host.connected_addrs()
+        if not addrs:
+            return
+        merged = list(dict.fromkeys([*addrs, *self._load_known()]))[:MAX_KNOWN_PEERS]
+        tmp = self.known_peers_file.with_name(f".{KNOWN_PEERS_FILE}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"peers": merged}, indent=1), encoding="utf-8")
+            os.replace(tmp, self.known_peers_file)
+        except OSError as exc:
+            log.info("could not remember peers: %s", exc)

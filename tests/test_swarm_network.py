@@ -1,0 +1,283 @@
+"""Real libp2p hosts on 127.0.0.1: joining, announcing, fetching — and what hostile peers try.
+
+An honest node here is the real `Swarm` (host, board, inbox); a hostile peer is a raw
+`SwarmHost` that publishes and serves whatever the test makes it. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import time
+
+import msgspec
+import numpy as np
+import pytest
+import trio
+
+from swarmling.app.round import SYSTEM_PROMPT
+from swarmling.app.swarm.host import HostSettings, SwarmHost
+from swarmling.app.swarm.identity import new_identity
+from swarmling.app.swarm.inbox import Inbox
+from swarmling.app.swarm.intake import IntakeContext
+from swarmling.app.swarm.pool import GroupPool
+from swarmling.app.swarm.swarm import Swarm, SwarmSettings
+from swarmling.app.swarm.wire import (
+    PROTOCOL_VERSION,
+    AnnouncedGroup,
+    Announcement,
+    Bundle,
+    WireCompletion,
+    WireGroup,
+    WireSpec,
+    digest,
+    encode_announcement,
+    encode_bundle,
+)
+from swarmling.app.tasks import load_preset, regenerate
+
+SWARM = "test"
+
+
+def wait_until(condition, timeout_s: float = 15.0, step_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step_s)
+    return condition()
+
+
+def honest(tmp_path, name: str, dial: tuple[str, ...] = ()) -> Swarm:
+    identity = new_identity(tmp_path / name)
+    swarm = Swarm(
+        SwarmSettings(SWARM, "127.0.0.1", 0, dial, (), False, 256 * 1024),
+        identity, Inbox(GroupPool()), tmp_path / name, "smollm2-135m",
+    )
+    swarm.start()
+    return swarm
+
+
+class Hostile(SwarmHost):
+    """A peer that publishes anything and serves whatever `bodies` holds (or misbehaves)."""
+
+    def __init__(self, tmp_path, dial: tuple[str, ...] = (), *, misbehave: str | None = None):
+        identity = new_identity(tmp_path / "hostile")
+        self.bodies: dict[str, bytes] = {}
+        self.misbehave = misbehave
+        super().__init__(
+            HostSettings(SWARM, PROTOCOL_VERSION, "127.0.0.1", 0, dial, publish_interval_s=0.0),
+            identity.key_pair,
+            gossip_validator=lambda origin, data: True,
+            serve_bundle=self.bodies.get,
+            on_fetched=lambda *a: None,
+        )
+
+    async def _serve_stream(self, stream) -> None:
+        if self.misbehave is None:
+            return await super()._serve_stream(stream)
+        if self.misbehave == "never answers":
+            await trio.sleep(3600)
+        body = self.bodies.get((await stream.read(65)).strip().decode(), b"")
+        if self.misbehave == "lies about the size":
+            await stream.write(struct.pack(">I", 100_000) + body)
+        else:  # "disconnects mid-transfer": the right header, a third of the body, then a reset
+            await stream.write(struct.pack(">I", len(body)) + body[: len(body) // 3])
+        await stream.reset()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """An honest node B, and a hostile peer H dialling it."""
+    b = honest(tmp_path, "b")
+    h = Hostile(tmp_path, dial=(b.listen_addrs[0],))
+    h.start()
+    assert wait_until(lambda: b.host.connected_peers() and h.connected_peers())
+    time.sleep(1.5)  # a heartbeat or two: the gossip mesh forms
+    yield b, h
+    h.stop()
+    b.stop()
+
+
+def real_groups(n: int = 2, completions=("<answer>4</answer>", "<answer>5</answer>")) -> list[WireGroup]:
+    preset = load_preset("starter")
+    groups = []
+    for i in range(n):
+        spec = preset.spec(preset.datasets[0], 0, 7, i)
+        task = regenerate(spec)
+        wire_spec = WireSpec(spec.preset, spec.dataset, spec.config, spec.seed, spec.index)
+        groups.append(WireGroup(wire_spec, task.question_hash, [WireCompletion(t, 3, -2.0) for t in completions]))
+    return groups
+
+
+def bundle_and_announcement(peer: str, groups: list[WireGroup], round_no: int = 1, addrs=()) -> tuple[bytes, bytes]:
+    bundle = Bundle(PROTOCOL_VERSION, SWARM, peer, "smollm2-135m", round_no, time.time(), groups)
+    body = encode_bundle(bundle)
+    ann = Announcement(PROTOCOL_VERSION, SWARM, peer, "smollm2-135m", round_no, time.time(), digest(body), len(body),
+                       list(addrs), [AnnouncedGroup(g.spec, 0.5) for g in groups])
+    return body, encode_announcement(ann)
+
+
+# ---- joining and exchanging -----------------------------------------------------------------------
+
+def test_three_nodes_join_through_bootstrap_and_static_peers_and_fetch_bundles(tmp_path):
+    a = honest(tmp_path, "a")
+    b = honest(tmp_path, "b", dial=(a.listen_addrs[0],))  # a is b's bootstrap
+    c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))  # b is c's static peer; c never dials a itself
+    try:
+        assert wait_until(lambda: len(b.host.connected_peers()) == 2)
+        time.sleep(1.5)
+        body, ann = bundle_and_announcement(a.peer_id, real_groups(), addrs=a.listen_addrs)
+        a._own[digest(body)] = body
+        a.host.publish(ann)
+        # c hears a's announcement relayed through b, then fetches from a directly (its address travels)
+        assert wait_until(lambda: any(h.origin == a.peer_id for h in c.board.fresh()))
+        assert c.plan_fetches(np.random.default_rng(0)) == 1
+        assert wait_until(lambda: c.inbox._queue.qsize() == 1)
+        assert a.peer_id in c.host.connected_peers()
+        stats = c.round_stats()
+        assert stats["bundles_fetched"] == 1 and stats["bytes_in"] > len(body)
+        assert stats["announce_latency_s_p50"] is not None
+        assert c.plan_fetches(np.random.default_rng(0)) == 0  # never the same bundle twice
+    finally:
+        for s in (c, b, a):
+            s.stop()
+    # peers met are remembered for the next start
+    assert a.peer_id in (tmp_path / "c" / "known_peers.json").read_text() or b.peer_id in (tmp_path / "c" / "known_peers.json").read_text()
+
+
+# ---- hostile announcements ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"\xff\x00garbage", "malformed"),
+        (msgspec.msgpack.encode({"version": 1, "swarm": SWARM, "evil": True}), "malformed"),
+        (msgspec.msgpack.encode([1, SWARM, "x" * 100_000]), "malformed"),
+    ],
+    ids=["bytes", "schema", "oversized"],
+)
+def test_malformed_announcements_are_refused_and_not_relayed(pair, tmp_path, payload, reason):
+    b, h = pair
+    c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))  # hears only what b relays
+    try:
+        assert wait_until(lambda: c.host.connected_peers())
+        time.sleep(1.5)
+        h.publish(payload)
+        assert wait_until(lambda: b.board.refused.get(reason, 0) >= 1)
+        time.sleep(1.0)
+        assert c.board.received == 0 and not c.board.refused  # b did not pass it on
+    finally:
+        c.stop()
+
+
+def test_announcement_for_someone_else_is_refused(pair):
+    b, h = pair
+    _, ann = bundle_and_announcement(b.peer_id, real_groups())  # claims to be b's own
+    h.publish(ann)
+    assert wait_until(lambda: b.board.refused.get("node id is not the signer", 0) == 1)
+    assert not b.board.fresh()
+
+
+def test_a_flood_of_announcements_is_rate_limited_and_honest_peers_still_get_through(pair, tmp_path):
+    b, h = pair
+    for i in range(120):
+        _, ann = bundle_and_announcement(h.peer_id, real_groups(1), round_no=i)
+        h.publish(ann)
+    # the bucket lets a burst of 5 through, then refuses; each refusal costs the forwarder score
+    # (P4) until its messages are ignored altogether
+    assert wait_until(lambda: b.board.refused.get("rate limit", 0) >= 5)
+    time.sleep(2.0)
+    assert b.board.received <= 6
+    assert len([x for x in b.board.fresh() if x.origin == h.peer_id]) <= 4  # bounded per origin
+    honest_peer = honest(tmp_path, "d", dial=(b.listen_addrs[0],))
+    try:
+        assert wait_until(lambda: honest_peer.host.connected_peers())
+        time.sleep(1.5)
+        body, ann = bundle_and_announcement(honest_peer.peer_id, real_groups(1))
+        honest_peer.host.publish(ann)
+        assert wait_until(lambda: any(x.origin == honest_peer.peer_id for x in b.board.fresh()))
+    finally:
+        honest_peer.stop()
+
+
+# ---- hostile bundles -----------------------------------------------------------------------------
+
+def _intake(backend) -> IntakeContext:
+    return IntakeContext(SYSTEM_PROMPT, "<answer>", 0.5, 24, backend.encode_prompt, backend.tokenize)
+
+
+def test_wrong_question_and_replays_are_refused_after_fetching(pair, backend):
+    b, h = pair
+    groups = real_groups(2)
+    liar = msgspec.structs.replace(groups[0], question_hash="0" * 32)  # a question that is not its spec's
+    body, ann = bundle_and_announcement(h.peer_id, [liar, groups[1]], addrs=h.listen_addrs)
+    h.bodies[digest(body)] = body
+    h.publish(ann)
+    assert wait_until(lambda: b.board.fresh())
+    assert b.plan_fetches(np.random.default_rng(0)) == 1
+    assert wait_until(lambda: b.inbox._queue.qsize() == 1)
+    report = b.inbox.drain(_intake(backend))
+    assert report.admitted == 1 and any("hash mismatch" in r for r in report.reasons)
+    assert report.by_peer == {h.peer_id: 1}
+
+    # the same groups again, re-wrapped in a new bundle: replays, refused before any work
+    body2, ann2 = bundle_and_announcement(h.peer_id, [groups[1]], round_no=2, addrs=h.listen_addrs)
+    h.bodies[digest(body2)] = body2
+    h.publish(ann2)
+    assert wait_until(lambda: len(b.board.fresh()) == 2)
+    assert b.plan_fetches(np.random.default_rng(0)) == 1
+    assert wait_until(lambda: b.inbox._queue.qsize() == 1)
+    report = b.inbox.drain(_intake(backend))
+    assert report.admitted == 0 and report.reasons == [f"{h.peer_id[:16]}: replay"]
+
+
+def test_a_bundle_that_is_not_the_announced_one_costs_the_peer(pair):
+    b, h = pair
+    body, ann = bundle_and_announcement(h.peer_id, real_groups(), addrs=h.listen_addrs)
+    h.bodies[digest(body)] = body[:-1] + bytes([body[-1] ^ 1])  # served bytes differ from the digest
+    h.publish(ann)
+    assert wait_until(lambda: b.board.fresh())
+    b.plan_fetches(np.random.default_rng(0))
+    assert wait_until(lambda: b._strikes.get(h.peer_id) == 1)
+    assert b.inbox._queue.qsize() == 0
+    assert "does not match" in b.round_stats()["fetch_failures"][0]
+
+
+@pytest.mark.parametrize(
+    "behaviour, failure",
+    [("lies about the size", "over the"), ("disconnects mid-transfer", "fetch failed"), ("never answers", "timed out")],
+)
+def test_a_peer_that_breaks_off_a_transfer_is_survived(tmp_path, behaviour, failure):
+    b = honest(tmp_path, "b")
+    b.host.settings = dataclasses.replace(b.host.settings, fetch_timeout_s=2.0)
+    h = Hostile(tmp_path, dial=(b.listen_addrs[0],), misbehave=behaviour)
+    h.start()
+    try:
+        assert wait_until(lambda: b.host.connected_peers())
+        time.sleep(1.5)
+        body, ann = bundle_and_announcement(h.peer_id, real_groups(), addrs=h.listen_addrs)
+        h.bodies[digest(body)] = body
+        h.publish(ann)
+        assert wait_until(lambda: b.board.fresh())
+        b.plan_fetches(np.random.default_rng(0))
+        failures: list[str] = []
+        assert wait_until(lambda: failures.extend(b.round_stats()["fetch_failures"]) or failures, timeout_s=10)
+        assert failure in failures[0]
+        assert b.inbox._queue.qsize() == 0
+        # and the node still works: an honest peer's bundle arrives afterwards
+        c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))
+        try:
+            assert wait_until(lambda: b.peer_id in c.host.connected_peers())
+            time.sleep(1.5)
+            body, ann = bundle_and_announcement(c.peer_id, real_groups(1), addrs=c.listen_addrs)
+            c._own[digest(body)] = body
+            c.host.publish(ann)
+            assert wait_until(lambda: any(x.origin == c.peer_id for x in b.board.fresh()))
+            b.plan_fetches(np.random.default_rng(1))
+            assert wait_until(lambda: b.inbox._queue.qsize() == 1)
+        finally:
+            c.stop()
+    finally:
+        h.stop()
+        b.stop()
