@@ -279,7 +279,7 @@ class Node:
     def _tell_if_alone(self, record: dict) -> None:
         alone = record["peers"] == 0
         if alone and self._alone_notice is not True:
-            self.emit(Notice("info", "no peers yet: training on local groups only (the swarm keeps looking)"))
+            self.emit(Notice("info", "no peers connected: training on local groups only (still looking for some)"))
         elif not alone and self._alone_notice:
             self.emit(Notice("info", f"connected to {record['peers']} peer(s)"))
         self._alone_notice = alone
