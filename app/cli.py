@@ -166,14 +166,9 @@ def _identity(config: Config, paths, *, new: bool, adopt: bool) -> int:
 
 
 def _listen_hosts(listen_host: str) -> list[str]:
-    if listen_host not in ("0.0.0.0", ""):
-        return [listen_host]
-    import socket
+    from .swarm.host import interface_hosts
 
-    import psutil
-
-    hosts = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET]
-    return sorted(set(hosts), key=lambda h: (h.startswith("127."), h)) or ["127.0.0.1"]
+    return interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]
 
 
 def _guard(fn) -> int:

@@ -9,6 +9,7 @@ name the key, where the value came from, and what is accepted.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ENV_PREFIX = "SWARMLING_"
+PEER_ADDR = re.compile(r"^/(ip4|ip6|dns|dns4|dns6)/[^/\s]+/tcp/\d{1,5}/p2p/[1-9A-HJ-NP-Za-km-z]{32,64}$")
 # Environment variables that are not config keys.
 ENV_NOT_KEYS = {"SWARMLING_HOME", "SWARMLING_CACHE_DIR", "SWARMLING_CONFIG"}
 
@@ -100,6 +102,17 @@ class SwarmSection(_Section):
     mdns: bool = True  # find and join nodes on the local network
     # Bundles fetched per round are capped by this many KiB, whatever the swarm's size.
     inbound_kib_per_round: int = Field(default=256, ge=8, le=65536)
+
+    @field_validator("bootstrap", "peers")
+    @classmethod
+    def _peer_addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for addr in value:
+            if not PEER_ADDR.match(addr):
+                raise ValueError(
+                    f"{addr!r} is not a peer address; expected /ip4/<host>/tcp/<port>/p2p/<peer id> "
+                    "(`swarmling id` on the other node prints it)"
+                )
+        return value
 
 
 class RunSection(_Section):

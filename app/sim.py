@@ -25,6 +25,10 @@ from .paths import Paths
 from .swarm.identity import new_identity
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
+# Training memory grows with the tokens per microbatch (≈ 1.2 GB per node at 256, several GB at
+# the 2048 a lone node on a 24 GB machine takes): N nodes on one machine share its memory.
+SIM_MICROBATCH_TOKENS = 256
+NODE_MEMORY_BYTES = int(1.25 * 2**30)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,16 @@ class _SimNode:
 
 
 def simulate(options: SimOptions, paths: Paths) -> int:
+    import psutil
+
+    from .node import NodeError
+
+    available = psutil.virtual_memory().available
+    if options.nodes * NODE_MEMORY_BYTES > available:
+        raise NodeError(
+            f"{options.nodes} nodes need about {options.nodes * NODE_MEMORY_BYTES / 2**30:.0f} GiB and this machine has "
+            f"{available / 2**30:.1f} GiB available: run at most {max(1, available // NODE_MEMORY_BYTES)} nodes"
+        )
     base = options.directory or paths.state_dir / "sim" / time.strftime("%Y%m%d-%H%M%S")
     base.mkdir(parents=True, exist_ok=True)
     swarm_name = f"sim-{os.getpid()}"
@@ -105,6 +119,7 @@ def simulate(options: SimOptions, paths: Paths) -> int:
             ("swarm.enabled", True), ("swarm.name", swarm_name), ("swarm.listen_host", "127.0.0.1"),
             ("swarm.port", node.port), ("swarm.mdns", False), ("run.seed", 1000 + node.index),
             ("backend.threads", max(1, cores // options.nodes)),
+            ("train.microbatch_tokens", SIM_MICROBATCH_TOKENS),
         ]
         if node.index > 0:
             settings.append(("swarm.bootstrap", (nodes[0].addr,)))
@@ -120,6 +135,12 @@ def simulate(options: SimOptions, paths: Paths) -> int:
         print(f"sim: node-{node.index} {node.peer_id[:16]}… on port {node.port}", flush=True)
 
     by_round: dict[int, dict[int, dict]] = {}
+
+    def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough: the cleanup below must finish
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)  # a stopped sim stops its nodes too
     deadline = time.monotonic() + options.timeout_s
     interrupted = False
     try:
@@ -139,6 +160,7 @@ def simulate(options: SimOptions, paths: Paths) -> int:
             except subprocess.TimeoutExpired:
                 os.killpg(node.process.pid, signal.SIGKILL)
                 node.process.wait()
+        signal.signal(signal.SIGTERM, previous)
     _collect(nodes, by_round, options.nodes)
     summary = _summarise(nodes, by_round)
     (base / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
@@ -187,6 +209,10 @@ def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, dict]]) -> d
             "external_groups": sum(x["external_groups"] for x in rs),
             "bytes_in_per_node": fmean(x.get("bytes_in", 0) for x in rs),
             "bytes_out_per_node": fmean(x.get("bytes_out", 0) for x in rs),
+            "bundle_bytes_in_per_node": fmean(x.get("bundle_bytes_in", 0) for x in rs),
+            "bytes_in_per_node_per_s": fmean(x.get("bytes_in", 0) / max(x.get("wall_seconds", 1), 1e-3) for x in rs),
+            "round_seconds": fmean(x.get("wall_seconds", 0) for x in rs),
+            "peers": fmean(x.get("peers", 0) for x in rs),
             "announce_latency_s_p50": med(x.get("announce_latency_s_p50") for x in rs),
             "fetch_seconds_p50": med(x.get("fetch_seconds_p50") for x in rs),
         }

@@ -105,3 +105,13 @@ def test_shipped_example_config_is_valid():
         path.write_text(uncommented)
         cfg = load_config(path, environ={})
     assert cfg.round.questions == 8 and cfg.train.lora_r == 16 and cfg.run.seed == 7
+
+
+def test_swarm_peer_addresses_are_checked_up_front(tmp_path):
+    good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWMbwCvYRJvACunXZ5n4EJawGy9RBD16vfrb4xpZZq48gD"
+    cfg = load_config(None, environ={}, cli=[("swarm.peers", (good,))])
+    assert cfg.swarm.peers == (good,) and cfg.swarm.enabled and cfg.round.external_groups == 4
+    with pytest.raises(ConfigError, match=r"swarm.peers \(from command line\).*not a peer address"):
+        load_config(None, environ={}, cli=[("swarm.peers", ("127.0.0.1:4001",))])
+    with pytest.raises(ConfigError, match="swarm.name"):
+        load_config(None, environ={}, cli=[("swarm.name", "Bad Name!")])

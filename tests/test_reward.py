@@ -79,3 +79,14 @@ def test_selection_drops_zero_advantage_groups_and_caps():
     sel = select_groups(local, external, 4, 4, rng, max_per_peer=2)
     sources = [g.source for g in sel.external]
     assert sources.count("peerA") <= 2 and "peerC" not in sources and len(sel.external) == 3
+
+
+def test_missing_external_groups_are_filled_with_local_ones():
+    rng = np.random.default_rng(1)
+    local = [_group([0, 1]) for _ in range(8)]
+    alone = select_groups(local, [], local_groups=4, external_groups=4, rng=rng)
+    assert (len(alone.local), len(alone.external)) == (8, 0)  # a lone node trains on I + J local groups
+    one_peer = select_groups(local, [_group([1, 0], "peerA") for _ in range(3)], 4, 4, rng, max_per_peer=2)
+    assert (len(one_peer.local), len(one_peer.external)) == (6, 2)
+    full = select_groups(local, [_group([1, 0], p) for p in "ABCDEF"], 4, 4, rng, max_per_peer=2)
+    assert (len(full.local), len(full.external)) == (4, 4)

@@ -57,3 +57,30 @@ def test_abandoned_step_changes_nothing(backend):
         backend.train_step(samples, should_stop=lambda: True)
     after = backend.trainer.lora_state()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_external_importance_weight_is_off_by_default_and_truncated_when_on(backend):
+    """Peers' completions: one weight per completion, min(exp(sum old logp - sender logp), cap)."""
+    import dataclasses
+
+    from swarmling.backends.torch_grpo import sequence_importance_weight
+
+    samples = [
+        TrainSample([1], [2, 3], 1.0),  # our own (no sender logprob): weight 1
+        TrainSample([1], [4, 5, 6], 1.0, sequence_behaviour_logprob=-3.0),  # sender found it likelier than us
+        TrainSample([1], [7], -1.0, sequence_behaviour_logprob=-9.0),  # sender found it far less likely
+    ]
+    owner = torch.tensor([0, 0, 1, 1, 1, 2])
+    old = torch.tensor([-1.0, -1.0, -2.0, -2.0, -2.0, -1.0])  # sums: -2, -6, -1
+    trainer = backend.trainer
+    assert trainer.grpo.external_importance_cap == 0.0
+    assert trainer._external_weight(samples, [0, 1, 2], owner, old) is None  # off: external text counts fully
+    saved = trainer.grpo
+    trainer.grpo = dataclasses.replace(saved, external_importance_cap=2.0)
+    try:
+        w = trainer._external_weight(samples, [0, 1, 2], owner, old)
+    finally:
+        trainer.grpo = saved
+    expected = [1.0, 1.0, np.exp(-3.0), np.exp(-3.0), np.exp(-3.0), 2.0]  # exp(-6+3); exp(-1+9) capped at 2
+    assert torch.allclose(w, torch.tensor(expected, dtype=w.dtype), atol=1e-6)
+    assert float(sequence_importance_weight(torch.tensor(0.0), torch.tensor(-1e6), 5.0)) == 5.0  # no overflow

@@ -164,6 +164,29 @@ def parse_peer_addr(text: str) -> PeerInfo:
     return info
 
 
+def interface_hosts() -> list[str]:
+    """This machine's IPv4 addresses, LAN ones first (what a wildcard listener can be dialled at)."""
+    import socket
+
+    import psutil
+
+    hosts = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}
+    return sorted(hosts, key=lambda h: (h.startswith("127."), h)) or ["127.0.0.1"]
+
+
+def dialable_addrs(addrs: list[str], peer_id: str) -> list[str]:
+    """Listen addresses as peers can dial them: /0.0.0.0/ expanded to each interface, /p2p/<id> appended."""
+    out = []
+    for addr in addrs:
+        addr = addr.split("/p2p/")[0]
+        if addr.startswith("/ip4/0.0.0.0/"):
+            rest = addr[len("/ip4/0.0.0.0") :]
+            out += [f"/ip4/{h}{rest}" for h in interface_hosts()]
+        else:
+            out.append(addr)
+    return [f"{a}/p2p/{peer_id}" for a in dict.fromkeys(out)]
+
+
 GossipValidator = Callable[[str, bytes], bool]  # (origin peer id, data) -> accept
 BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we still have it
 FetchDone = Callable[[str, str, bytes | None, str, float], None]  # peer, digest, body|None, why, seconds
@@ -329,7 +352,7 @@ class SwarmHost:
                 async with background_trio_service(pubsub), background_trio_service(gossipsub):
                     await pubsub.wait_until_ready()
                     subscription = await pubsub.subscribe(s.topic)
-                    self.listen_addrs = [f"{a}" if "/p2p/" in str(a) else f"{a}/p2p/{self.peer_id}" for a in host.get_addrs()]
+                    self.listen_addrs = dialable_addrs([str(a) for a in host.get_addrs()], self.peer_id)
                     self._token = trio.lowlevel.current_trio_token()
                     self._publish_send, self._fetch_send = publish_send, fetch_send
                     self._started.set()

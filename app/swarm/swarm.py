@@ -72,6 +72,7 @@ class Swarm:
         self._strikes: dict[str, int] = {}
         self._fetch_failures: deque[str] = deque(maxlen=50)
         self._fetched = 0
+        self._bundle_bytes_in = 0  # payload only: the part the inbound budget bounds
         self._last_counters = (0, 0)
         for addr in (*settings.bootstrap, *settings.peers):
             parse_peer_addr(addr)  # a typo is the user's to fix now, not a silent dial failure later
@@ -140,6 +141,7 @@ class Swarm:
         self._fetch_failures.clear()
         fetch_s = self.host.fetch_latency_s[-50:]
         announce_s = self.board.take_latencies()
+        bundle_bytes, self._bundle_bytes_in = self._bundle_bytes_in, 0
         return {
             "peers": len(self.host.connected_peers()),
             "peers_heard": self.board.peers_heard(),
@@ -148,6 +150,7 @@ class Swarm:
             "announcements_in": self.board.received,
             "announcements_refused": dict(self.board.refused),
             "bundles_fetched": self._fetched,
+            "bundle_bytes_in": bundle_bytes,
             "fetch_failures": failures[:5],
             "fetch_seconds_p50": round(float(np.median(fetch_s)), 4) if fetch_s else None,
             "announce_latency_s_p50": round(float(np.median(announce_s)), 4) if announce_s else None,
@@ -167,6 +170,7 @@ class Swarm:
             self.penalize(peer)
             return
         self._fetched += 1
+        self._bundle_bytes_in += len(body)
         self.inbox.offer(peer, body)
 
     # ---- known peers ---------------------------------------------------------------------------
