@@ -35,6 +35,7 @@ from libp2p import new_host
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
+from libp2p.network.config import ConnectionConfig
 from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
@@ -52,6 +53,11 @@ GOSSIPSUB_PROTOCOL = TProtocol("/meshsub/1.1.0")
 DIAL_TIMEOUT_S = 10.0
 MAX_SERVING = 8  # bundle uploads in flight at once; more requests wait
 MAX_FETCHING = 4
+# Connections are bounded whatever the swarm's size; py-libp2p's auto-connector (which dials every
+# address in the peerstore, ephemeral ports included, whenever fewer than 100 are open) is off:
+# this module decides whom to dial.
+CONNECTIONS = ConnectionConfig(max_connections=64, high_watermark=48, low_watermark=0, min_connections=0,
+                               max_connections_per_peer=2)
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 2.0, 300.0
 
 
@@ -322,6 +328,7 @@ class SwarmHost:
             listen_addrs=[listen],
             transports=[_CountingTCP(self.counters)],
             enable_mDNS=s.mdns,
+            connection_config=CONNECTIONS,
         )
         self._host = host
         gossipsub = GossipSub(

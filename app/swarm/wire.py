@@ -114,13 +114,18 @@ def encode_announcement(announcement: Announcement) -> bytes:
 def decode_announcement(data: bytes) -> Announcement:
     if len(data) > MAX_ANNOUNCEMENT_BYTES:
         raise WireError(f"announcement of {len(data)} bytes exceeds {MAX_ANNOUNCEMENT_BYTES}")
+    return _decode_checked(_announcement_decoder, data, "announcement")
+
+
+def _decode_checked(decoder: msgspec.msgpack.Decoder, raw: bytes, what: str):
+    """Schema-checked msgpack of this protocol version, or WireError."""
     try:
-        ann = _announcement_decoder.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise WireError(f"bad announcement: {exc}") from None
-    if ann.version != PROTOCOL_VERSION:
-        raise WireError(f"protocol version {ann.version}, this node speaks {PROTOCOL_VERSION}")
-    return ann
+        value = decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:  # bad UTF-8 raises the last
+        raise WireError(f"bad {what}: {exc}") from None
+    if value.version != PROTOCOL_VERSION:
+        raise WireError(f"protocol version {value.version}, this node speaks {PROTOCOL_VERSION}")
+    return value
 
 
 def encode_bundle(bundle: Bundle) -> bytes:
@@ -142,13 +147,7 @@ def decode_bundle(data: bytes) -> Bundle:
         raise WireError(f"bundle inflates beyond {MAX_DECOMPRESSED_BYTES} bytes")
     if not inflater.eof:
         raise WireError("truncated zlib stream")
-    try:
-        bundle = _decoder.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:  # bad UTF-8 raises the last
-        raise WireError(f"bad bundle: {exc}") from None
-    if bundle.version != PROTOCOL_VERSION:
-        raise WireError(f"protocol version {bundle.version}, this node speaks {PROTOCOL_VERSION}")
-    return bundle
+    return _decode_checked(_decoder, raw, "bundle")
 
 
 def digest(data: bytes) -> str:
