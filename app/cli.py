@@ -23,6 +23,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _node_counts(text: str) -> tuple[int, ...]:
+    counts = tuple(_positive(part) for part in text.split(",") if part.strip())
+    if not counts:
+        raise argparse.ArgumentTypeError("give a node count, or several: 8,16")
+    return counts
+
+
 def _assignment(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -43,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(run)
 
     sim = sub.add_parser("sim", help="run N real nodes on 127.0.0.1 as one swarm (demos, tests, experiments)")
-    sim.add_argument("--nodes", type=_positive, default=3, help="how many nodes (default 3)")
+    sim.add_argument("--nodes", type=_node_counts, default=(3,), metavar="N[,N…]",
+                     help="how many nodes (default 3); several counts, e.g. 8,16, run one swarm after the other "
+                          "and compare their per-node traffic (the swarm benchmark)")
     sim.add_argument("--rounds", type=_positive, default=3, help="rounds per node (default 3)")
     sim.add_argument("--dir", type=Path, help="where the nodes keep their state (default: a new folder under the state dir)")
     sim.add_argument("--tiny", action="store_true", help="tiny rounds (4 questions x 4 completions, 12 tokens): for network experiments")
@@ -126,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "id":
         return _guard(lambda: _identity(config, paths, new=args.new, adopt=args.adopt))
     if args.command == "sim":
-        from .sim import SimOptions, simulate
+        from .sim import SimOptions, compare, simulate
 
-        options = SimOptions(args.nodes, args.rounds, args.dir, args.tiny, args.timeout, _cli_overrides(args))
-        return _guard(lambda: simulate(options, paths))
+        runs = [SimOptions(n, args.rounds, args.dir / f"{n}-nodes" if args.dir and len(args.nodes) > 1 else args.dir,
+                           args.tiny, args.timeout, _cli_overrides(args)) for n in args.nodes]
+        if len(runs) == 1:
+            return _guard(lambda: simulate(runs[0], paths))
+        return _guard(lambda: compare(runs, paths))
     if args.command == "bench":
         from .bench import bench
 

@@ -39,6 +39,10 @@ class SimOptions:
     tiny: bool
     timeout_s: int
     overrides: list[tuple[str, object]]
+    started: str = time.strftime("%Y%m%d-%H%M%S")
+
+    def summary_dir(self, paths: Paths) -> Path:
+        return self.directory or paths.state_dir / "sim" / f"{self.started}-{self.nodes}-nodes"
 
 
 def _free_port() -> int:
@@ -90,6 +94,52 @@ class _SimNode:
         return out
 
 
+def compare(runs: list[SimOptions], paths: Paths) -> int:
+    """The swarm benchmark: the same tiny rounds with more and more nodes. Per-node inbound bundle
+    bytes are bounded by the inbound budget and should stay flat as N grows."""
+    rows = []
+    for options in runs:
+        code = simulate(options, paths)
+        if code:
+            return code
+        rows.append((options.nodes, _steady(json.loads((options.summary_dir(paths) / "summary.json").read_text()))))
+    print("\nswarm benchmark (rounds 2+, means per node per round; latencies are medians)")
+    header = f"{'nodes':>5} {'in KiB':>8} {'out KiB':>8} {'bundles in KiB':>15} {'in KiB/s':>9} {'peers':>6} {'announce ms':>12} {'fetch ms':>9} {'round s':>8}"
+    print(header)
+    for nodes, r in rows:
+        print(f"{nodes:>5} {r['bytes_in'] / 1024:>8.1f} {r['bytes_out'] / 1024:>8.1f} {r['bundle_bytes_in'] / 1024:>15.1f} "
+              f"{r['bytes_in_per_s'] / 1024:>9.2f} {r['peers']:>6.1f} {_ms(r['announce_s']):>12} {_ms(r['fetch_s']):>9} {r['round_s']:>8.1f}")
+    base_nodes, base = rows[0]
+    for nodes, r in rows[1:]:
+        print(f"{nodes} vs {base_nodes} nodes: inbound bytes per node per round x{_ratio(r['bytes_in'], base['bytes_in'])}, "
+              f"bundle bytes x{_ratio(r['bundle_bytes_in'], base['bundle_bytes_in'])}, "
+              f"inbound bytes per second x{_ratio(r['bytes_in_per_s'], base['bytes_in_per_s'])}")
+    return 0
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def _steady(summary: dict) -> dict:
+    rounds = [r for k, r in summary["rounds"].items() if int(k) >= 2] or list(summary["rounds"].values())
+
+    def mean(key):
+        values = [r[key] for r in rounds if r.get(key) is not None]
+        return fmean(values) if values else None
+
+    return {
+        "bytes_in": mean("bytes_in_per_node"), "bytes_out": mean("bytes_out_per_node"),
+        "bundle_bytes_in": mean("bundle_bytes_in_per_node"), "bytes_in_per_s": mean("bytes_in_per_node_per_s"),
+        "peers": mean("peers"), "announce_s": mean("announce_latency_s_p50"), "fetch_s": mean("fetch_seconds_p50"),
+        "round_s": mean("round_seconds"),
+    }
+
+
 def simulate(options: SimOptions, paths: Paths) -> int:
     import psutil
 
@@ -101,7 +151,7 @@ def simulate(options: SimOptions, paths: Paths) -> int:
             f"{options.nodes} nodes need about {options.nodes * NODE_MEMORY_BYTES / 2**30:.0f} GiB and this machine has "
             f"{available / 2**30:.1f} GiB available: run at most {max(1, available // NODE_MEMORY_BYTES)} nodes"
         )
-    base = options.directory or paths.state_dir / "sim" / time.strftime("%Y%m%d-%H%M%S")
+    base = options.summary_dir(paths)
     base.mkdir(parents=True, exist_ok=True)
     swarm_name = f"sim-{os.getpid()}"
     nodes = []

@@ -456,6 +456,7 @@ class SwarmHost:
     async def _fetch_one(self, peer: str, digest: str, max_bytes: int, addrs: tuple[str, ...]) -> None:
         started = time.perf_counter()
         body, why = None, ""
+        transient = False
         async with self._fetch_limit:
             with trio.move_on_after(self.settings.fetch_timeout_s) as scope:
                 try:
@@ -465,7 +466,10 @@ class SwarmHost:
                         if not infos:
                             raise ConnectionError("not connected and no address announced")
                         await self._host.connect(infos[0])
-                        self._remember(infos[0])
+                        # A connection made only for this fetch is closed after it: every open
+                        # connection carries gossip control traffic, so keeping them would make a
+                        # node's traffic grow with the number of peers it ever fetched from.
+                        transient = peer not in self._dial_targets
                     stream = await self._host.new_stream(pid, [self.settings.fetch_protocol])
                     try:
                         await stream.write(digest.encode("ascii") + b"\n")
@@ -484,6 +488,12 @@ class SwarmHost:
                     body = None
             if scope.cancelled_caught:
                 why, body = f"fetch timed out after {self.settings.fetch_timeout_s:.0f} s", None
+            if transient:
+                with trio.move_on_after(2.0):
+                    try:
+                        await self._host.disconnect(ID.from_base58(peer))
+                    except Exception as exc:  # noqa: BLE001 — already gone is fine
+                        log.debug("closing the fetch connection to %s: %s", peer[:16], exc)
         seconds = time.perf_counter() - started
         if body is not None:
             self.fetch_latency_s.append(seconds)
