@@ -26,6 +26,7 @@ import random
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,6 +47,8 @@ from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.transport.tcp.tcp import TCP
+
+from .identity import peer_id_of
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -210,7 +213,7 @@ class SwarmHost:
     ) -> None:
         self.settings = settings
         self.key_pair = key_pair
-        self.peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
+        self.peer_id = peer_id_of(key_pair)
         self._validate = gossip_validator
         self._serve = serve_bundle
         self._on_fetched = on_fetched
@@ -230,8 +233,7 @@ class SwarmHost:
         self._backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next try, delay)
         self._discovered: list[PeerInfo] = []  # from mDNS (another thread) and announcements
         self._dialled: dict[str, str] = {}  # peer id -> an address that worked, worth remembering
-        self.fetch_latency_s: list[float] = []
-        self.announce_latency_s: list[float] = []
+        self.fetch_latency_s: deque[float] = deque(maxlen=64)  # recent successful fetches (bounded: hours of rounds)
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:

@@ -139,7 +139,7 @@ class Swarm:
         self._last_counters = (bytes_in, bytes_out)
         failures = list(self._fetch_failures)
         self._fetch_failures.clear()
-        fetch_s = self.host.fetch_latency_s[-50:]
+        fetch_s = list(self.host.fetch_latency_s)
         announce_s = self.board.take_latencies()
         bundle_bytes, self._bundle_bytes_in = self._bundle_bytes_in, 0
         return {
