@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the node (rounds until stopped)")
-    run.add_argument("--headless", action="store_true", help="no UI: one line per round (the only mode in this release)")
+    run = sub.add_parser("run", help="run the node (rounds until stopped); the default command")
+    run.add_argument("--headless", action="store_true",
+                     help="no UI: one line per round on stdout (the default when not on a terminal)")
     run.add_argument("--rounds", type=_positive, help="stop after this many rounds")
     _add_overrides(run)
 
@@ -114,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     # py-libp2p logs every failed dial of a departed peer at ERROR: the node reports what matters.
     logging.getLogger("libp2p").setLevel(logging.INFO if args.verbose else logging.CRITICAL)
     if args.command is None:
-        # The TUI arrives in a later release; until then the bare command runs the node headless.
-        args = parser.parse_args([*(sys.argv[1:] if argv is None else argv), "run", "--headless"])
+        args = parser.parse_args([*(sys.argv[1:] if argv is None else argv), "run"])
     paths = resolve_paths(args.home)
     config_file = args.config or Path(os.environ.get("SWARMLING_CONFIG", paths.config_file))
     if args.config is not None and not args.config.exists():
@@ -146,7 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         from .bench import bench
 
         return _guard(lambda: bench(config, paths, args.rounds))
-    return _guard(lambda: _run(config, paths, args.rounds))
+    if args.headless or not _interactive():
+        return _guard(lambda: _run(config, paths, args.rounds))
+    return _guard(lambda: _run_tui(config, paths, args.rounds, config_file, _cli_overrides(args)))
+
+
+def _interactive() -> bool:
+    """The TUI needs a real terminal on both ends; pipes, services and CI get headless."""
+    return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
 
 
 def _config(config: Config, args: argparse.Namespace) -> int:
@@ -195,6 +202,23 @@ def _guard(fn) -> int:
     except (NodeError, ModelError, TaskError, ConfigError) as exc:
         print(f"swarmling: {exc}", file=sys.stderr)
         return 1
+
+
+def _run_tui(config: Config, paths, rounds: int | None, config_file: Path, cli) -> int:
+    from .tui.app import create_app
+
+    app = create_app(config, paths, rounds=rounds, config_file=config_file, cli=cli)
+    code = app.run()
+    if app.forced:
+        print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
+        os._exit(130)  # the node's thread may be inside a native call: do not wait for it
+    if app.control.alive:  # SIGTERM / SIGHUP closed the UI first; a second signal forces
+        print("swarmling: stopping the node; the last checkpoint is kept", file=sys.stderr, flush=True)
+    app.control.join()
+    if app.view.state == "failed":
+        print(f"swarmling: {app.view.state_detail}", file=sys.stderr)
+        return 1
+    return code or 0
 
 
 def _run(config: Config, paths, rounds: int | None) -> int:

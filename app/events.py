@@ -1,9 +1,16 @@
-"""What the node tells its viewers (the headless printer today, the TUI later)."""
+"""What the node tells its viewers (the headless printer, the TUI).
+
+Events are plain, immutable data built on the node's thread: a viewer may keep them, queue them
+or drop them, and never reaches back into the node's live objects through them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+# The node's run state, as a viewer shows it.
+STATES = ("starting", "running", "pausing", "paused", "finishing", "stopping", "stopped", "failed")
 
 
 @dataclass(frozen=True)
@@ -15,6 +22,14 @@ class NodeStarted:
     reason: str  # why this backend
     resumed_round: int  # 0 on a fresh start
     settings: dict
+    peer_id: str = ""  # empty when the swarm is off
+    swarm: str = ""
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    state: str  # one of STATES
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -24,8 +39,71 @@ class PhaseChanged:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Within a phase: `done` of `total` units (sequences while generating, microbatches while
+    training). Sent at most a few times a second."""
+
+    round: int
+    phase: str
+    done: int
+    total: int
+    tokens_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class RoundFinished:
     metrics: dict
+
+
+@dataclass(frozen=True)
+class CompletionView:
+    text: str
+    reward: float  # the shaped reward advantages were computed on
+    strict: float  # the verifier's score
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One question-group of a round, as the rollout feed shows it."""
+
+    round: int
+    source: str  # "local" or the peer id that sent it
+    dataset: str
+    level: int
+    question: str
+    completions: tuple[CompletionView, ...]
+    trained: bool  # the round's GRPO step used it
+
+    @property
+    def reward_mean(self) -> float:
+        return sum(c.strict for c in self.completions) / max(1, len(self.completions))
+
+
+@dataclass(frozen=True)
+class RoundRollouts:
+    round: int
+    groups: tuple[GroupView, ...]
+
+
+@dataclass(frozen=True)
+class PeerView:
+    peer_id: str
+    address: str = ""  # a dialable multiaddr when connected
+    connected: bool = False
+    fetch_seconds: float | None = None  # the last bundle fetch from it
+    received: int = 0  # its groups that passed verification here
+    used: int = 0  # of those, trained on
+    rejected: int = 0  # its groups (or bundles) refused and held against it
+    score: float = 0.0  # this node's application score for it (negative: misbehaved)
+
+
+@dataclass(frozen=True)
+class SwarmUpdated:
+    peer_id: str
+    listen_addrs: tuple[str, ...]
+    peers: tuple[PeerView, ...] = field(default=())
+    bytes_in: int = 0  # since start
+    bytes_out: int = 0
 
 
 @dataclass(frozen=True)
@@ -34,5 +112,7 @@ class Notice:
     text: str
 
 
-Event = NodeStarted | PhaseChanged | RoundFinished | Notice
+Event = (
+    NodeStarted | StateChanged | PhaseChanged | Progress | RoundFinished | RoundRollouts | SwarmUpdated | Notice
+)
 Listener = Callable[[Event], None]

@@ -20,7 +20,19 @@ from .checkpoint import latest_checkpoint, save_checkpoint
 from .config import Config
 from .curriculum import Curriculum
 from .defaults import Resolved, resolve
-from .events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished
+from .events import (
+    CompletionView,
+    GroupView,
+    Listener,
+    NodeStarted,
+    Notice,
+    PhaseChanged,
+    Progress,
+    RoundFinished,
+    RoundRollouts,
+    StateChanged,
+    SwarmUpdated,
+)
 from .hardware import Hardware, choose_backend, detect
 from .models import resolve_model
 from .paths import Paths
@@ -35,6 +47,7 @@ if TYPE_CHECKING:
     from .swarm.swarm import Swarm
 
 STATE_VERSION = 1
+PROGRESS_INTERVAL_S = 0.25  # viewers redraw a few times a second at most
 
 
 class NodeError(RuntimeError):
@@ -73,6 +86,10 @@ class Node:
         self.hardware = hardware or detect()
         self.stop_now = threading.Event()  # abandon the round in flight
         self.stop_after_round = threading.Event()  # finish the round in flight, then stop
+        # Pausing keeps the process (and the swarm's serving of our bundles) alive but stops rounds.
+        self.pause_now = threading.Event()  # abandon the round in flight, then wait
+        self.pause_after_round = threading.Event()  # finish the round in flight, then wait
+        self._wake = threading.Event()  # resume or stop while paused
         self.backend: Backend | None = None
         self.round = 0
         self._lock_file = None
@@ -154,8 +171,11 @@ class Node:
                 reason=choice.reason,
                 resumed_round=self.round,
                 settings=asdict(self.resolved),
+                peer_id=self.swarm.peer_id if self.swarm is not None else "",
+                swarm=cfg.swarm.name if self.swarm is not None else "",
             )
         )
+        self._emit_swarm()
 
     def _start_swarm(self) -> Swarm:
         from .swarm.host import SwarmError
@@ -199,19 +219,89 @@ class Node:
             max_groups_per_peer=cfg.round.max_groups_per_peer,
         )
 
-    # ---- the loop ----------------------------------------------------------------------------
+    # ---- control (any thread) ----------------------------------------------------------------
     def request_stop(self) -> None:
-        """Ctrl-C / SIGTERM: abandon or finish the round in flight, as configured."""
+        """Ctrl-C / SIGTERM / quit: abandon or finish the round in flight, as configured."""
         if self.config.run.on_stop == "finish":
             self.stop_after_round.set()
         else:
             self.stop_now.set()
+        self.emit(StateChanged("stopping", "finishing the round in flight" if self.config.run.on_stop == "finish" else ""))
+        self._wake.set()
+
+    def pause(self, finish_round: bool = False) -> None:
+        """Stop taking rounds: at once (the round in flight is dropped; it costs only its own work),
+        or after the round in flight is trained and checkpointed."""
+        if finish_round:
+            self.pause_after_round.set()
+            self.emit(StateChanged("finishing", "pausing after this round"))
+        else:
+            self.pause_now.set()
+            self.emit(StateChanged("pausing"))
+
+    def resume(self) -> None:
+        was_finishing = self.pause_after_round.is_set() and not self.pause_now.is_set()
+        self.pause_now.clear()
+        self.pause_after_round.clear()
+        self._wake.set()
+        if was_finishing:  # the round in flight goes on; nothing waited yet
+            self.emit(StateChanged("running"))
+
+    @property
+    def paused(self) -> bool:
+        return self.pause_now.is_set() or self.pause_after_round.is_set()
+
+    def apply_config(self, config: Config) -> list[str]:
+        """Take a changed config from the settings screen. The round mix applies from the next
+        round; returns the changed keys that need a restart (backend, model, preset, swarm)."""
+        live = {"round.questions", "round.external_groups", "round.local_groups", "round.max_groups_per_peer",
+                "round.completions", "round.max_new_tokens", "round.temperature", "run.on_stop"}
+        old, new = self.config.model_dump(), config.model_dump()
+        changed = [f"{s}.{k}" for s in new for k in new[s] if new[s][k] != old[s][k]]
+        if self.backend is None:  # not started yet: start() reads the new config
+            self.config = config
+            return []
+        restart = [key for key in changed if key not in live]
+        resolved = resolve(config, self.hardware, self.preset)
+        # Threads and microbatch are fixed by the backend already built.
+        self.resolved = type(resolved)(**(asdict(resolved) | {"threads": self.resolved.threads,
+                                                               "microbatch_tokens": self.resolved.microbatch_tokens}))
+        self.config = config
+        return restart
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def _wait_while_paused(self) -> None:
+        if not self.paused:
+            return
+        self.emit(StateChanged("paused"))
+        while self.paused and not (self.stop_now.is_set() or self.stop_after_round.is_set()):
+            self._wake.wait(0.5)
+            self._wake.clear()
+        if not (self.stop_now.is_set() or self.stop_after_round.is_set()):
+            self.emit(StateChanged("running"))
+
+    def _progress(self, round_no: int):
+        last = {"t": 0.0, "phase": "", "start": time.perf_counter()}
+
+        def report(phase: str, done: int, total: int, tokens: int) -> None:
+            now = time.perf_counter()
+            if phase != last["phase"]:
+                last.update(phase=phase, start=now)
+            elif now - last["t"] < PROGRESS_INTERVAL_S and done < total:
+                return
+            last["t"] = now
+            rate = tokens / (now - last["start"]) if phase == "generate" and now > last["start"] else 0.0
+            self.emit(Progress(round_no, phase, done, total, rate))
+
+        return report
 
     def run(self, rounds: int | None = None) -> int:
         if self.backend is None:
             self.start()
         done = 0
+        self.emit(StateChanged("running"))
         while rounds is None or done < rounds:
+            self._wait_while_paused()
             if self.stop_now.is_set() or self.stop_after_round.is_set():
                 break
             round_no = self.round + 1
@@ -241,13 +331,17 @@ class Node:
                     self.round_settings(),
                     self.rng,
                     external=take_external,
-                    should_stop=self.stop_now.is_set,
+                    should_stop=lambda: self.stop_now.is_set() or self.pause_now.is_set(),
                     on_phase=lambda phase: self.emit(PhaseChanged(round_no, phase)),
                     share=self._share(round_no) if self.swarm is not None else None,
+                    on_progress=self._progress(round_no),
                 )
             except Abandoned:
-                self.emit(Notice("info", f"round {round_no} abandoned; the node resumes after round {self.round}"))
-                break
+                if self.stop_now.is_set():
+                    self.emit(Notice("info", f"round {round_no} abandoned; the node resumes after round {self.round}"))
+                    break
+                self.emit(Notice("info", f"round {round_no} dropped to pause; it starts over on resume"))
+                continue
             self.inbox.pool.mark_used(outcome.used_external)
             record = outcome.metrics | {
                 "external_rejected": sum(i.rejected for i in intakes),
@@ -258,6 +352,11 @@ class Node:
                 "backend": self.backend.info().name,
             }
             if self.swarm is not None:
+                admitted: dict[str, int] = {}
+                for intake in intakes:
+                    for peer, count in intake.admitted_by_peer.items():
+                        admitted[peer] = admitted.get(peer, 0) + count
+                self.swarm.record_intake(admitted, outcome.trained)
                 record |= self.swarm.round_stats()
                 self._tell_if_alone(record)
             self._checkpoint(round_no, record, outcome.curriculum)
@@ -265,8 +364,16 @@ class Node:
             self.round = round_no
             metrics_log.append_record(self.paths.metrics_file, record)
             self.emit(RoundFinished(record))
+            self.emit(RoundRollouts(round_no, _group_views(round_no, outcome)))
+            self._emit_swarm()
             done += 1
         return done
+
+    def _emit_swarm(self) -> None:
+        if self.swarm is None:
+            return
+        bytes_in, bytes_out = self.swarm.totals()
+        self.emit(SwarmUpdated(self.swarm.peer_id, tuple(self.swarm.listen_addrs), self.swarm.peer_views(), bytes_in, bytes_out))
 
     def _share(self, round_no: int):
         prefill = OPEN if self.config.reward.prefill_answer else ""
@@ -324,3 +431,21 @@ class Node:
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
+
+
+def _group_views(round_no: int, outcome) -> tuple[GroupView, ...]:
+    """The round's own groups and the peers' groups it trained on, as plain data for viewers."""
+    trained = {id(g) for g in outcome.trained}
+    groups = [*outcome.groups, *outcome.used_external]
+    return tuple(
+        GroupView(
+            round=round_no,
+            source=g.source,
+            dataset=g.task.spec.dataset,
+            level=g.level,
+            question=g.task.question,
+            completions=tuple(CompletionView(c.text, c.reward, c.strict) for c in g.completions),
+            trained=id(g) in trained,
+        )
+        for g in groups
+    )

@@ -49,11 +49,13 @@ class RoundOutcome:
     groups: list[QuestionGroup]
     curriculum: Curriculum  # the updated copy, to be committed with the checkpoint
     used_external: list[QuestionGroup] = field(default_factory=list)  # to leave the pool for good
+    trained: list[QuestionGroup] = field(default_factory=list)  # every group the update used
 
 
 PhaseCallback = Callable[[str], None]
 ShareCallback = Callable[[list[QuestionGroup]], None]  # this round's scored groups, to the swarm
 ExternalSource = Callable[[], Sequence[QuestionGroup]]  # peers' verified groups, asked for at sampling
+PhaseProgress = Callable[[str, int, int, int], None]  # (phase, done, total, tokens): see ProgressCallback
 
 
 def run_round(
@@ -67,6 +69,7 @@ def run_round(
     should_stop: StopCheck | None = None,
     on_phase: PhaseCallback | None = None,
     share: ShareCallback | None = None,
+    on_progress: PhaseProgress | None = None,
 ) -> RoundOutcome:
     stop = should_stop or (lambda: False)
     phase = on_phase or (lambda name: None)
@@ -98,7 +101,7 @@ def run_round(
         stop=(CLOSE,),
         seed=int(rng.integers(2**31)),
     )
-    gen = backend.generate(prompts, settings.completions, params, stop)
+    gen = backend.generate(prompts, settings.completions, params, stop, _in_phase(on_progress, "generate"))
     if any(c.finish_reason == "abandoned" for group in gen.completions for c in group):
         raise Abandoned("generation abandoned")
     lap("generate")
@@ -142,7 +145,7 @@ def run_round(
     handoff_s = 0.0
     if samples and any(s.advantage != 0 for s in samples):
         phase("train")
-        train_stats = backend.train_step(samples, stop)
+        train_stats = backend.train_step(samples, stop, _in_phase(on_progress, "train"))
         lap("train")
         phase("hand-off")
         handoff_s = backend.hand_off()
@@ -172,6 +175,9 @@ def run_round(
         "local_groups": len(selection.local),
         "external_groups": len(selection.external),
         "external_available": len(external),
+        # Peers' groups as this node's own verifier scored them: the swarm-wide comparison the
+        # viewers show, without trusting anything a peer claims about itself.
+        "external_reward_mean": fmean(c.strict for g in external for c in g.completions) if external else None,
         "trained_samples": len(samples) if train_stats else 0,
         "generated_tokens": gen.generated_tokens,
         "prefill_tokens": gen.prefill_tokens,
@@ -190,4 +196,16 @@ def run_round(
             "sampler_logprob_gap": train_stats.sampler_logprob_gap,
             "sampler_ratio_outside": train_stats.sampler_ratio_outside,
         }
-    return RoundOutcome(metrics, groups, updated, list(selection.external) if train_stats else [])
+    return RoundOutcome(
+        metrics,
+        groups,
+        updated,
+        list(selection.external) if train_stats else [],
+        list(selection.groups) if train_stats else [],
+    )
+
+
+def _in_phase(on_progress: PhaseProgress | None, phase: str):
+    if on_progress is None:
+        return None
+    return lambda done, total, tokens: on_progress(phase, done, total, tokens)

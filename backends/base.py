@@ -103,6 +103,9 @@ class BackendInfo:
 
 
 StopCheck = Callable[[], bool]
+# (done, total, generated tokens so far): sequences finished while generating, completion tokens
+# processed while training. Called on the backend's thread, often: keep it cheap.
+ProgressCallback = Callable[[int, int, int], None]
 
 
 class Backend(abc.ABC):
@@ -126,12 +129,15 @@ class Backend(abc.ABC):
         n: int,
         params: SamplingParams,
         should_stop: StopCheck | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> GenerationResult:
         """`n` completions for each prompt. If `should_stop()` turns true the call returns early with
         the unfinished completions marked "abandoned"."""
 
     @abc.abstractmethod
-    def train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None) -> TrainStats:
+    def train_step(
+        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
+    ) -> TrainStats:
         """One GRPO policy update on the batch. Raises `Abandoned` (and leaves the weights untouched)
         if `should_stop()` turns true before the update is applied."""
 

@@ -25,6 +25,7 @@ from .base import (
     BackendInfo,
     ChatPrompt,
     GenerationResult,
+    ProgressCallback,
     SamplingParams,
     StopCheck,
     TrainSample,
@@ -95,13 +96,20 @@ class CpuBackend(Backend):
         return self.generator.tokenize(text)
 
     def generate(
-        self, prompts: Sequence[ChatPrompt], n: int, params: SamplingParams, should_stop: StopCheck | None = None
+        self,
+        prompts: Sequence[ChatPrompt],
+        n: int,
+        params: SamplingParams,
+        should_stop: StopCheck | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> GenerationResult:
         ids = [self.encode_prompt(p) for p in prompts]
-        return self.generator.generate(ids, n, params, should_stop)
+        return self.generator.generate(ids, n, params, should_stop, on_progress)
 
-    def train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None) -> TrainStats:
-        return self.trainer.train_step(samples, should_stop)
+    def train_step(
+        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
+    ) -> TrainStats:
+        return self.trainer.train_step(samples, should_stop, on_progress)
 
     def hand_off(self) -> float:
         start = time.perf_counter()

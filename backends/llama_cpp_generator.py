@@ -21,7 +21,7 @@ from pathlib import Path
 import llama_cpp as lc
 import numpy as np
 
-from .base import Completion, GenerationResult, SamplingParams, StopCheck
+from .base import Completion, GenerationResult, ProgressCallback, SamplingParams, StopCheck
 
 _LOG_LOCK = threading.Lock()
 _LOG_CALLBACK = None
@@ -214,6 +214,7 @@ class LlamaCppGenerator:
         n: int,
         params: SamplingParams,
         should_stop: StopCheck | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> GenerationResult:
         if params.temperature <= 0:
             raise ValueError("temperature must be > 0 (RL needs the sampling distribution's logprobs)")
@@ -244,6 +245,7 @@ class LlamaCppGenerator:
 
             # First token of every completion comes from its prompt's last-position logits.
             live = list(range(n_seqs))
+            generated = 0
             rows = np.stack([logits_by_prompt[s.prompt_index] for s in seqs])
             while live:
                 if should_stop is not None and should_stop():
@@ -267,7 +269,10 @@ class LlamaCppGenerator:
                         s.finish = "length"
                     else:
                         still.append(i)
+                generated += len(live)
                 live = still
+                if on_progress is not None:
+                    on_progress(n_seqs - len(live), n_seqs, generated)
                 if not live:
                     break
                 entries = [

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .base import Abandoned, StopCheck, TrainSample, TrainStats
+from .base import Abandoned, ProgressCallback, StopCheck, TrainSample, TrainStats
 from .torch_grpo import GrpoSettings, grpo_token_objective, sequence_importance_weight, truncated_importance_weight
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
@@ -181,13 +181,16 @@ class TorchLoraTrainer:
             self.model.train(was_training)
 
     # ---- the update --------------------------------------------------------------------------
-    def train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None) -> TrainStats:
+    def train_step(
+        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
+    ) -> TrainStats:
         start = time.perf_counter()
         total_tokens = sum(len(s.completion_ids) for s in samples)
         if total_tokens == 0:
             raise ValueError("train_step needs at least one completion token")
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = clipped = ratio_sum = gap_sum = outside = sampler_tokens = ratio_dev = 0.0
+        tokens_done = 0
         for indices, mb in self._batches(samples):
             if should_stop is not None and should_stop():
                 self.optimizer.zero_grad(set_to_none=True)
@@ -208,6 +211,9 @@ class TorchLoraTrainer:
             clipped += float(was_clipped.sum())
             ratio_sum += float(ratio.sum())
             ratio_dev = max(ratio_dev, float((ratio - 1).abs().max()))
+            tokens_done += sum(len(samples[i].completion_ids) for i in indices)
+            if on_progress is not None:
+                on_progress(tokens_done, total_tokens, tokens_done)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm))
         if not math.isfinite(grad_norm):
             # A non-finite gradient would poison the adapter for good: skip the update instead.

@@ -220,7 +220,13 @@ def test_wrong_question_and_replays_are_refused_after_fetching(pair, backend):
     assert wait_until(lambda: b.inbox._queue.qsize() == 1)
     report = b.inbox.drain(_intake(backend))
     assert report.admitted == 1 and any("hash mismatch" in r for r in report.reasons)
-    assert report.by_peer == {h.peer_id: 1}
+    assert report.by_peer == {h.peer_id: 1} and report.admitted_by_peer == {h.peer_id: 1}
+    # what the TUI's swarm tab shows of this peer: one group verified, one refused and held against it
+    b.penalize(h.peer_id, report.by_peer[h.peer_id])
+    b.record_intake(report.admitted_by_peer, [])
+    view = next(v for v in b.peer_views() if v.peer_id == h.peer_id)
+    assert (view.connected, view.received, view.used, view.rejected) == (True, 1, 0, 1)
+    assert view.score < 0 and view.fetch_seconds is not None and view.fetch_seconds > 0
 
     # the same groups again, re-wrapped in a new bundle: replays, refused before any work
     body2, ann2 = bundle_and_announcement(h.peer_id, [groups[1]], round_no=2, addrs=h.listen_addrs)

@@ -62,6 +62,9 @@ MAX_FETCHING = 4
 CONNECTIONS = ConnectionConfig(max_connections=64, high_watermark=48, low_watermark=0, min_connections=0,
                                max_connections_per_peer=2)
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 2.0, 300.0
+# Bootstrap and static peers the user named are often just starting up too: retry them at least
+# this often, while remembered and discovered peers (maybe gone for good) back off to BACKOFF_MAX_S.
+NAMED_BACKOFF_MAX_S = 15.0
 
 
 class SwarmError(RuntimeError):
@@ -75,6 +78,7 @@ class HostSettings:
     listen_host: str
     port: int
     dial: tuple[str, ...] = ()  # bootstrap, static and remembered peers: /ip4/…/tcp/…/p2p/<id>
+    named: int = 0  # the first `named` of `dial` are the user's bootstrap and static peers
     mdns: bool = False
     publish_interval_s: float = 0.05
     fetch_timeout_s: float = 20.0  # a bundle is ≤ 512 KiB: a peer slower than this is as good as gone
@@ -231,15 +235,18 @@ class SwarmHost:
         self._connected: set[str] = set()
         self._dial_targets: dict[str, PeerInfo] = {}  # peer id -> addresses we may dial
         self._backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next try, delay)
+        self._named: set[str] = set()  # dial targets from the settings
         self._discovered: list[PeerInfo] = []  # from mDNS (another thread) and announcements
         self._dialled: dict[str, str] = {}  # peer id -> an address that worked, worth remembering
         self.fetch_latency_s: deque[float] = deque(maxlen=64)  # recent successful fetches (bounded: hours of rounds)
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
-        for text in self.settings.dial:
+        for i, text in enumerate(self.settings.dial):
             info = parse_peer_addr(text)
             self._dial_targets[info.peer_id.to_base58()] = info
+            if i < self.settings.named:
+                self._named.add(info.peer_id.to_base58())
         self._thread = threading.Thread(target=self._thread_main, name="swarmling-libp2p", daemon=True)
         self._thread.start()
         if not self._started.wait(timeout_s):
@@ -445,7 +452,8 @@ class SwarmHost:
                     self._remember(info)
                 else:
                     jitter = random.uniform(0.8, 1.2)
-                    self._backoff[pid] = (time.monotonic() + delay * jitter, min(BACKOFF_MAX_S, delay * 2))
+                    cap = NAMED_BACKOFF_MAX_S if pid in self._named else BACKOFF_MAX_S
+                    self._backoff[pid] = (time.monotonic() + delay * jitter, min(cap, delay * 2))
             with self._lock:
                 self._connected = {p.to_base58() for p in host.get_connected_peers()}
             await trio.sleep(1.0)

@@ -25,6 +25,7 @@ class DrainReport:
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
     by_peer: dict[str, int] = field(default_factory=dict)  # refusals that count against a peer
+    admitted_by_peer: dict[str, int] = field(default_factory=dict)
 
     def refuse(self, peer: str, reason: str, blame: bool = True) -> None:
         self.rejected += 1
@@ -82,3 +83,4 @@ class Inbox:
                     report.refuse(peer, why, blame=False)
                 else:
                     report.admitted += 1
+                    report.admitted_by_peer[peer] = report.admitted_by_peer.get(peer, 0) + 1

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..events import PeerView
 from ..rollout import QuestionGroup
 from .board import Board
 from .host import HostSettings, SwarmHost, parse_peer_addr
@@ -45,6 +46,17 @@ KNOWN_PEERS_FILE = "known_peers.json"
 MAX_KNOWN_PEERS = 64
 OWN_BUNDLES_KEPT = 4  # peers fetch a bundle within a round or two of its announcement
 STRIKES_TO_IGNORE = 5  # bad bundles before a peer's announcements are no longer fetched
+MAX_LEDGER_PEERS = 512  # as many origins as the board tracks
+STRIKE_SCORE = -5.0  # application score per strike, fed to GossipSub's peer scoring
+
+
+@dataclass
+class _PeerRecord:
+    """What this node has seen of one peer, for the viewers."""
+
+    received: int = 0
+    used: int = 0
+    fetch_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,16 +86,19 @@ class Swarm:
         self._fetched = 0
         self._bundle_bytes_in = 0  # payload only: the part the inbound budget bounds
         self._last_counters = (0, 0)
+        self._ledger: OrderedDict[str, _PeerRecord] = OrderedDict()
+        self._ledger_lock = threading.Lock()  # fetch latencies arrive on the network thread
         for addr in (*settings.bootstrap, *settings.peers):
             parse_peer_addr(addr)  # a typo is the user's to fix now, not a silent dial failure later
         dial = tuple(dict.fromkeys((*settings.bootstrap, *settings.peers, *self._load_known())))
         self.host = SwarmHost(
-            HostSettings(settings.name, PROTOCOL_VERSION, settings.listen_host, settings.port, dial, settings.mdns),
+            HostSettings(settings.name, PROTOCOL_VERSION, settings.listen_host, settings.port, dial,
+                         named=len(set(settings.bootstrap) | set(settings.peers)), mdns=settings.mdns),
             identity.key_pair,
             gossip_validator=self.board.offer,
             serve_bundle=self._serve,
             on_fetched=self._on_fetched,
-            app_score=lambda peer: -5.0 * self._strikes.get(peer, 0),
+            app_score=lambda peer: STRIKE_SCORE * self._strikes.get(peer, 0),
         )
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -133,6 +148,49 @@ class Swarm:
         """The peer sent groups that failed verification (or a bundle that did not match its digest)."""
         self._strikes[peer] = self._strikes.get(peer, 0) + count
 
+    def record_intake(self, admitted_by_peer: dict[str, int], used: Sequence[QuestionGroup]) -> None:
+        """A round's verified groups per peer and the ones its update trained on."""
+        for peer, count in admitted_by_peer.items():
+            self._record(peer).received += count
+        for group in used:
+            if group.source != "local":
+                self._record(group.source).used += 1
+
+    def _record(self, peer: str) -> _PeerRecord:
+        with self._ledger_lock:
+            record = self._ledger.get(peer)
+            if record is None:
+                record = self._ledger[peer] = _PeerRecord()
+                while len(self._ledger) > MAX_LEDGER_PEERS:
+                    self._ledger.popitem(last=False)
+            return record
+
+    def peer_views(self) -> tuple[PeerView, ...]:
+        """Connected peers first, then the ones that sent groups, busiest first."""
+        addrs = {a.rsplit("/p2p/", 1)[-1]: a for a in self.host.connected_addrs()}
+        connected = set(self.host.connected_peers())
+        with self._ledger_lock:
+            ledger = dict(self._ledger)
+        views = [
+            PeerView(
+                peer_id=peer,
+                address=addrs.get(peer, ""),
+                connected=peer in connected,
+                fetch_seconds=(rec := ledger.get(peer, _PeerRecord())).fetch_seconds,
+                received=rec.received,
+                used=rec.used,
+                rejected=self._strikes.get(peer, 0),
+                score=STRIKE_SCORE * self._strikes.get(peer, 0),
+            )
+            for peer in connected | set(ledger)
+        ]
+        views.sort(key=lambda v: (not v.connected, -v.received, v.peer_id))
+        return tuple(views)
+
+    def totals(self) -> tuple[int, int]:
+        """Wire bytes in and out since the node started."""
+        return self.host.counters.snapshot()
+
     def round_stats(self) -> dict:
         bytes_in, bytes_out = self.host.counters.snapshot()
         last_in, last_out = self._last_counters
@@ -171,6 +229,7 @@ class Swarm:
             return
         self._fetched += 1
         self._bundle_bytes_in += len(body)
+        self._record(peer).fetch_seconds = round(seconds, 3)
         self.inbox.offer(peer, body)
 
     # ---- known peers ---------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""The round in flight: one bar per phase, tokens/s while generating, the last round's figures."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from ...round import PHASES
+from ..view import NodeView
+
+LABELS = {"tasks": "tasks", "generate": "generate", "score": "score", "share": "share",
+          "sample": "sample", "train": "train", "hand-off": "hand-off"}
+
+
+class RoundPanel(Static):
+    def show(self, view: NodeView) -> None:
+        table = Table.grid(padding=(0, 1))
+        table.add_column(width=8)
+        table.add_column(width=max(10, min(72, self.size.width - 30)))
+        table.add_column(width=16, justify="right")
+        last_seconds = view.last_round.get("seconds", {}) if view.last_round else {}
+        for phase in PHASES:
+            fraction = view.phase_fraction(phase)
+            active = phase == view.phase
+            style = "bold cyan" if active else ("" if phase in view.phases_done else "dim")
+            if fraction is None:  # running, nothing countable: a half-lit bar, no animation
+                bar = ProgressBar(total=1.0, completed=0.5, complete_style="cyan", pulse=False)
+                detail = "…"
+            else:
+                bar = ProgressBar(total=1.0, completed=fraction, complete_style="cyan" if active else "green")
+                detail = self._detail(view, phase, active, last_seconds)
+            table.add_row(Text(LABELS[phase], style=style), bar, Text(detail, style=style or "dim"))
+        self.update(Group(self._title(view), table, self._summary(view)))
+
+    @staticmethod
+    def _title(view: NodeView) -> Text:
+        title = Text()
+        title.append(f"Round {view.round or '-'}", style="bold")
+        if view.phase == "generate" and view.tokens_per_s:
+            title.append(f"   {view.tokens_per_s:,.0f} tok/s", style="cyan")
+        return title
+
+    @staticmethod
+    def _detail(view: NodeView, phase: str, active: bool, last_seconds: dict) -> str:
+        if active and phase in view.progress:
+            done, total = view.progress[phase]
+            unit = "seq" if phase == "generate" else "tok"
+            return f"{done}/{total} {unit}"
+        if phase in last_seconds and not active:
+            return f"{last_seconds[phase]:.1f}s last"
+        return ""
+
+    @staticmethod
+    def _summary(view: NodeView) -> Text:
+        m = view.last_round
+        if not m:
+            return Text("no round finished yet", style="dim")
+        text = Text()
+        text.append(f"last: round {m['round']}  ", style="bold")
+        text.append(f"reward {m['reward_mean']:.2f}  solved {m['solved']}/{m['questions']}  ")
+        text.append(f"signal {m['signal_share']:.0%}  {view.external_share}  {m.get('wall_seconds', 0):.0f}s")
+        return text
