@@ -90,6 +90,7 @@ class Node:
         self.pause_now = threading.Event()  # abandon the round in flight, then wait
         self.pause_after_round = threading.Event()  # finish the round in flight, then wait
         self._wake = threading.Event()  # resume or stop while paused
+        self._phase = ""  # the phase in flight, for what pausing will wait for
         self.backend: Backend | None = None
         self.round = 0
         self._lock_file = None
@@ -237,7 +238,10 @@ class Node:
             self.emit(StateChanged("finishing", "pausing after this round"))
         else:
             self.pause_now.set()
-            self.emit(StateChanged("pausing"))
+            # A training pass cannot be cut short: it ends at its microbatch's end (seconds to tens
+            # of seconds on a small CPU); generation stops at the next token.
+            busy = "the training pass in flight ends first" if self._phase == "train" else ""
+            self.emit(StateChanged("pausing", busy))
 
     def resume(self) -> None:
         was_finishing = self.pause_after_round.is_set() and not self.pause_now.is_set()
@@ -279,6 +283,10 @@ class Node:
             self._wake.clear()
         if not (self.stop_now.is_set() or self.stop_after_round.is_set()):
             self.emit(StateChanged("running"))
+
+    def _on_phase(self, round_no: int, phase: str) -> None:
+        self._phase = phase
+        self.emit(PhaseChanged(round_no, phase))
 
     def _progress(self, round_no: int):
         last = {"t": 0.0, "phase": "", "start": time.perf_counter()}
@@ -332,7 +340,7 @@ class Node:
                     self.rng,
                     external=take_external,
                     should_stop=lambda: self.stop_now.is_set() or self.pause_now.is_set(),
-                    on_phase=lambda phase: self.emit(PhaseChanged(round_no, phase)),
+                    on_phase=lambda phase: self._on_phase(round_no, phase),
                     share=self._share(round_no) if self.swarm is not None else None,
                     on_progress=self._progress(round_no),
                 )
@@ -364,7 +372,8 @@ class Node:
             self.round = round_no
             metrics_log.append_record(self.paths.metrics_file, record)
             self.emit(RoundFinished(record))
-            self.emit(RoundRollouts(round_no, _group_views(round_no, outcome)))
+            prefill = OPEN if self.config.reward.prefill_answer else ""
+            self.emit(RoundRollouts(round_no, _group_views(round_no, outcome, prefill)))
             self._emit_swarm()
             done += 1
         return done
@@ -433,8 +442,9 @@ class Node:
             self._lock_file = None
 
 
-def _group_views(round_no: int, outcome) -> tuple[GroupView, ...]:
-    """The round's own groups and the peers' groups it trained on, as plain data for viewers."""
+def _group_views(round_no: int, outcome, prefill: str) -> tuple[GroupView, ...]:
+    """The round's own groups and the peers' groups it trained on, as plain data for viewers
+    (replies shown whole: with the `<answer>` the node pre-started them with)."""
     trained = {id(g) for g in outcome.trained}
     groups = [*outcome.groups, *outcome.used_external]
     return tuple(
@@ -444,7 +454,7 @@ def _group_views(round_no: int, outcome) -> tuple[GroupView, ...]:
             dataset=g.task.spec.dataset,
             level=g.level,
             question=g.task.question,
-            completions=tuple(CompletionView(c.text, c.reward, c.strict) for c in g.completions),
+            completions=tuple(CompletionView(prefill + c.text, c.reward, c.strict) for c in g.completions),
             trained=id(g) in trained,
         )
         for g in groups

@@ -132,7 +132,7 @@ class NodeView:
             if self.phase and self.phase != event.phase:
                 self.phases_done.add(self.phase)
             self.phase = event.phase
-            self._bump("round")
+            self._bump("round", "header")
         elif isinstance(event, RoundFinished):
             self._round_finished(event.metrics)
         elif isinstance(event, RoundRollouts):

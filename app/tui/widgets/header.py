@@ -48,10 +48,11 @@ class NodeHeader(Static):
         line2 = Text(style="dim")
         wide = self.size.width >= 100
         parts = [
-            view.model or "loading model…",
+            view.model or "loading the model…",
             (f"{view.backend} ({view.device})" if wide else view.backend) if view.backend else "",
             f"preset {view.preset}" if view.preset else "",
-            f"swarm {view.swarm} · peer {short_id(view.peer_id)}" if view.swarm else "swarm off",
         ]
+        if view.model:  # the swarm is known once the node has started
+            parts.append(f"swarm {view.swarm} · peer {short_id(view.peer_id)}" if view.swarm else "swarm off")
         line2.append(" " + " · ".join(p for p in parts if p))
         self.update(Text("\n").join([line1, line2]))

@@ -33,7 +33,7 @@ class TaskTable(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "none"
         self.zebra_stripes = True
-        self.add_columns("task", "level", "last", "recent")
+        self.add_columns("task", "lvl", "last", "avg10")
 
     def show(self, view: NodeView) -> None:
         self.clear()

@@ -16,7 +16,14 @@ LABELS = {"tasks": "tasks", "generate": "generate", "score": "score", "share": "
 
 
 class RoundPanel(Static):
+    _view: NodeView | None = None
+
+    def on_resize(self) -> None:  # the bars take the width there is
+        if self._view is not None:
+            self.show(self._view)
+
     def show(self, view: NodeView) -> None:
+        self._view = view
         table = Table.grid(padding=(0, 1))
         table.add_column(width=8)
         table.add_column(width=max(10, min(72, self.size.width - 30)))
