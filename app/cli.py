@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="shipped model name or path to a .gguf file")
+    p.add_argument("--model", help="shipped model name, path to a .gguf file, or (CUDA) a Hugging Face folder / cached id")
     p.add_argument("--preset", help="task preset (starter, sapo9)")
     p.add_argument("--threads", type=_positive, help="CPU threads")
     p.add_argument("--peer", dest="peers", action="append", default=[], metavar="MULTIADDR",

@@ -28,12 +28,13 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    # A shipped model's name (see `swarmling doctor`) or a path to a local .gguf file.
+    # A shipped model's name (see `swarmling doctor`), a path to a local .gguf file, or (CUDA
+    # backend) a Hugging Face model folder or an id already in the local Hugging Face cache.
     name: str = "smollm2-135m"
 
 
 class BackendSection(_Section):
-    kind: Literal["auto", "cpu"] = "auto"
+    kind: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(default=None, ge=1, le=1024)
 
 

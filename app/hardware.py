@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import psutil
 
 # Backends this release implements; detection may find hardware for others.
-AVAILABLE_BACKENDS = ("cpu",)
+AVAILABLE_BACKENDS = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,8 @@ def choose_backend(hw: Hardware, requested: str = "auto") -> BackendChoice:
         return BackendChoice(requested, f"asked for in the config (backend.kind = {requested!r})")
     if hw.cuda_devices:
         return BackendChoice(
-            "cpu",
-            f"found CUDA device {hw.cuda_devices[0]}, but this release has no CUDA backend yet; "
-            "using llama.cpp + torch on the CPU",
+            "cuda",
+            f"found CUDA device {hw.cuda_devices[0]}: torch samples and trains LoRA on it (bf16, one copy of the weights)",
         )
     if hw.apple_silicon:
         return BackendChoice(

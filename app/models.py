@@ -40,8 +40,9 @@ DEFAULT_MODEL = "smollm2-135m"
 @dataclass(frozen=True)
 class ResolvedModel:
     name: str
-    gguf: Path
+    gguf: Path | None  # None for a Hugging Face folder (torch backends only)
     source: str  # where it came from, for `doctor`
+    hf_dir: Path | None = None
 
 
 class ModelError(ValueError):
@@ -56,10 +57,30 @@ def resolve_model(name: str, cache_dir: Path) -> ResolvedModel:
         if not path.is_file():
             raise ModelError(f"model file {path} does not exist")
         return ResolvedModel(path.stem, path.resolve(), f"local file {path.resolve()}")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path} is not a Hugging Face model folder (no config.json)")
+        return ResolvedModel(path.resolve().name, None, f"local folder {path.resolve()}", path.resolve())
+    if name.count("/") == 1 and not path.exists():
+        return _hf_cached(name)
     raise ModelError(
-        f"unknown model {name!r}: use one of {', '.join(SHIPPED)} or a path to a .gguf file "
-        "(Hugging Face model ids need a GPU backend, not in this release)"
+        f"unknown model {name!r}: use one of {', '.join(SHIPPED)}, a path to a .gguf file, or (CUDA backend) a "
+        "Hugging Face model folder or id"
     )
+
+
+def _hf_cached(repo_id: str) -> ResolvedModel:
+    """A Hugging Face id, from the local cache only: swarmling never downloads at run time."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 — not cached, or not a valid id: one message for both
+        raise ModelError(
+            f"model {repo_id!r} is not in the local Hugging Face cache; download it once with "
+            f"`huggingface-cli download {repo_id}` (swarmling itself never downloads models)"
+        ) from None
+    return ResolvedModel(repo_id.split("/")[-1], None, f"Hugging Face cache ({folder})", folder)
 
 
 def _shipped(entry: ShippedModel, cache_dir: Path) -> ResolvedModel:

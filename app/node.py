@@ -34,7 +34,7 @@ from .events import (
     SwarmUpdated,
 )
 from .hardware import Hardware, choose_backend, detect
-from .models import resolve_model
+from .models import ResolvedModel, resolve_model
 from .paths import Paths
 from .reward import OPEN
 from .round import SYSTEM_PROMPT, RoundSettings, run_round
@@ -54,25 +54,43 @@ class NodeError(RuntimeError):
     """A problem the user can act on; the message says what to do."""
 
 
-def build_backend(name: str, config: Config, paths: Paths, resolved: Resolved, gguf: Path, model_name: str, seed: int) -> Backend:
-    if name != "cpu":
-        raise NodeError(f"backend {name!r} is not available in this release")
-    from ..backends.cpu import CpuBackend, CpuSettings
+def build_backend(name: str, config: Config, paths: Paths, resolved: Resolved, model: ResolvedModel, seed: int) -> Backend:
     from ..backends.torch_grpo import GrpoSettings
     from ..backends.torch_lora import LoraSettings, OptimSettings
 
     t = config.train
+    lora = LoraSettings(t.lora_r, t.lora_alpha, t.lora_dropout, tuple(t.target_modules))
+    optim = OptimSettings(t.learning_rate, t.weight_decay, t.max_grad_norm, resolved.microbatch_tokens)
+    grpo = GrpoSettings(t.clip_low, t.clip_high, t.importance_cap, t.external_importance_cap)
+    if name == "cuda":
+        from ..backends.cuda import BackendMemoryError, CudaBackend, CudaSettings
+        from ..backends.hf_from_gguf import converted_folder
+
+        folder = model.hf_dir or converted_folder(model.gguf, paths.cache_dir)
+        try:
+            return CudaBackend(CudaSettings(folder, model.name, config.round.temperature, "cuda", lora, optim, grpo, seed))
+        except BackendMemoryError as exc:
+            raise NodeError(str(exc)) from None
+    if name != "cpu":
+        raise NodeError(f"backend {name!r} is not available in this release")
+    if model.gguf is None:
+        raise NodeError(
+            f"the CPU backend samples with llama.cpp, which needs a .gguf file; {model.name!r} is a Hugging Face "
+            "model (use it on a CUDA GPU, or convert it to GGUF)"
+        )
+    from ..backends.cpu import CpuBackend, CpuSettings
+
     return CpuBackend(
         CpuSettings(
-            gguf=gguf,
-            model_name=model_name,
+            gguf=model.gguf,
+            model_name=model.name,
             threads=resolved.threads,
             cache_dir=paths.cache_dir,
             runtime_dir=paths.runtime_dir,
             temperature=config.round.temperature,
-            lora=LoraSettings(t.lora_r, t.lora_alpha, t.lora_dropout, tuple(t.target_modules)),
-            optim=OptimSettings(t.learning_rate, t.weight_decay, t.max_grad_norm, resolved.microbatch_tokens),
-            grpo=GrpoSettings(t.clip_low, t.clip_high, t.importance_cap, t.external_importance_cap),
+            lora=lora,
+            optim=optim,
+            grpo=grpo,
             seed=seed,
         )
     )
@@ -140,7 +158,7 @@ class Node:
             seed = cfg.run.seed if cfg.run.seed is not None else int(np.random.SeedSequence().entropy % 2**63)
         self.seed = seed
         self.model = model
-        self.backend = build_backend(choice.name, cfg, self.paths, self.resolved, model.gguf, model.name, seed % 2**31)
+        self.backend = build_backend(choice.name, cfg, self.paths, self.resolved, model, seed % 2**31)
         self.rng = np.random.default_rng(seed)
         # Which bundles to fetch depends on what the network delivered: a separate stream, so the
         # round's own draws (tasks, sampling, the training set) stay reproducible from the seed.

@@ -1,0 +1,96 @@
+"""The CUDA backend's code on the CPU (device="cpu", fp32): the real shipped model, real torch and
+peft. GPU-only checks are skipped with a reason when no CUDA device is present."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swarmling.app.reward import CLOSE, OPEN
+from swarmling.app.round import SYSTEM_PROMPT
+from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample
+from swarmling.backends.cuda import BackendMemoryError, CudaBackend, CudaSettings, check_fits, round_memory_bytes
+from swarmling.backends.hf_from_gguf import converted_folder
+
+from conftest import TEST_CACHE
+
+QUESTIONS = ["What is 2 + 3?", "How many legs does a spider have?", "Spell 'cat' backwards."]
+
+
+@pytest.fixture(scope="module")
+def torch_backend(gguf_path):
+    folder = converted_folder(gguf_path, TEST_CACHE)
+    return CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3))
+
+
+def prompts():
+    return [ChatPrompt(SYSTEM_PROMPT, q, OPEN) for q in QUESTIONS]
+
+
+def samples_from(result):
+    return [TrainSample(result.prompt_ids[p], c.token_ids, 1.0 if i % 2 else -1.0, c.logprobs)
+            for p, row in enumerate(result.completions) for i, c in enumerate(row) if c.token_ids]
+
+
+def test_sampled_logprobs_agree_with_the_training_forward(torch_backend):
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, stop=(CLOSE,), seed=5)
+    result = torch_backend.generate(prompts(), 4, params)
+    assert [len(row) for row in result.completions] == [4, 4, 4]
+    samples = samples_from(result)
+    recomputed = torch_backend.trainer.token_logprobs(samples)
+    gap = max(abs(a - b) for r, s in zip(recomputed, samples) for a, b in zip(r, s.behaviour_logprobs))
+    assert gap < 1e-3, gap  # one copy of the weights: only cached-decode vs full-forward rounding differs
+    for row in result.completions:
+        for c in row:
+            assert len(c.token_ids) == len(c.logprobs) <= 24
+            assert all(lp <= 0 for lp in c.logprobs)
+            if c.finish_reason == "stop":
+                assert c.text.endswith(CLOSE) and c.text.count(CLOSE) == 1  # cut at the stop string
+            assert c.finish_reason in ("stop", "eos", "length")
+
+
+def test_same_seed_same_completions_and_abandon(torch_backend):
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, stop=(CLOSE,), seed=11)
+    a = torch_backend.generate(prompts()[:1], 3, params)
+    b = torch_backend.generate(prompts()[:1], 3, params)
+    assert [c.token_ids for c in a.completions[0]] == [c.token_ids for c in b.completions[0]]
+    stopped = torch_backend.generate(prompts()[:1], 2, params, should_stop=lambda: True)
+    assert {c.finish_reason for c in stopped.completions[0]} == {"abandoned"}
+
+
+def test_training_changes_what_is_sampled_with_no_hand_off_copy(torch_backend, tmp_path):
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, stop=(CLOSE,), seed=2)
+    result = torch_backend.generate(prompts(), 4, params)
+    samples = samples_from(result)
+    before = torch_backend.trainer.token_logprobs(samples)
+    progress = []
+    stats = torch_backend.train_step(samples, on_progress=lambda d, t, _: progress.append((d, t)))
+    assert stats.sampler_logprob_gap < 1e-3 and progress[-1][0] == progress[-1][1]
+    assert torch_backend.hand_off() < 0.1  # the sampler is the trainer's model
+    after = torch_backend.trainer.token_logprobs(samples)
+    assert any(abs(x - y) > 1e-4 for r0, r1 in zip(before, after) for x, y in zip(r0, r1))
+    # a checkpoint round trip restores exactly the policy that samples
+    torch_backend.save_state(tmp_path)
+    torch_backend.train_step(samples)
+    torch_backend.load_state(tmp_path)
+    restored = torch_backend.trainer.token_logprobs(samples)
+    assert max(abs(x - y) for r0, r1 in zip(after, restored) for x, y in zip(r0, r1)) < 1e-5
+
+
+def test_round_memory_estimate_and_refusal(torch_backend, monkeypatch):
+    cfg = torch_backend.trainer.config
+    small = round_memory_bytes(cfg, 72, 406, 2)
+    assert small == 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) \
+        * 72 * 406 * 2 + 72 * cfg.vocab_size * 12
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**30, 8 * 2**30))
+    with pytest.raises(BackendMemoryError, match="lower round.questions"):
+        check_fits(cfg, 4096, 4096, "cuda", torch.bfloat16)
+    check_fits(cfg, 4096, 4096, "cpu", torch.float32)  # no device memory to check on the CPU
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_the_gpu_bf16_sampling_matches_training(gguf_path):
+    backend = CudaBackend(CudaSettings(converted_folder(gguf_path, TEST_CACHE), "smollm2-135m", 1.0, device="cuda"))
+    result = backend.generate(prompts(), 8, SamplingParams(max_new_tokens=32, temperature=1.0, stop=(CLOSE,), seed=1))
+    stats = backend.train_step(samples_from(result))
+    assert stats.sampler_logprob_gap < 0.05 and stats.sampler_ratio_outside < 0.05
