@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=_positive, default=2, help="rounds to time (default 2; the first warms up)")
     _add_overrides(bench)
 
+    gpu = sub.add_parser("bench-gpu", help="the CUDA backend's round (paper shape, two model sizes) vs HF generate and the bandwidth floor")
+    gpu.add_argument("--device", default="cuda", help="cuda (default), or cpu with --tiny to check the command")
+    gpu.add_argument("--tiny", action="store_true", help="a toy shape (for checking the command, not for timing)")
+    gpu.add_argument("--rounds", type=_positive, default=3, help="steady calls to take the median of (default 3)")
+
     cfg = sub.add_parser("config", help="show the effective configuration, or all keys")
     cfg.add_argument("--keys", action="store_true", help="list every key with its default")
     _add_overrides(cfg)
@@ -142,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(runs) == 1:
             return _guard(lambda: simulate(runs[0], paths))
         return _guard(lambda: compare(runs, paths))
+    if args.command == "bench-gpu":
+        from .bench_gpu import bench_gpu
+
+        return bench_gpu(args.device, args.tiny, args.rounds)
     if args.command == "bench":
         from .bench import bench
 

@@ -63,7 +63,15 @@ def build_backend(name: str, config: Config, paths: Paths, resolved: Resolved, m
     optim = OptimSettings(t.learning_rate, t.weight_decay, t.max_grad_norm, resolved.microbatch_tokens)
     grpo = GrpoSettings(t.clip_low, t.clip_high, t.importance_cap, t.external_importance_cap)
     if name == "cuda":
+        import torch
+
         from ..backends.cuda import BackendMemoryError, CudaBackend, CudaSettings
+
+        if not torch.cuda.is_available():
+            raise NodeError(
+                f"backend.kind = 'cuda', but torch {torch.__version__} sees no CUDA device: install a CUDA build of "
+                "torch for your driver, or set backend.kind = 'auto'"
+            )
         from ..backends.hf_from_gguf import converted_folder
 
         folder = model.hf_dir or converted_folder(model.gguf, paths.cache_dir)

@@ -52,6 +52,7 @@ class CudaSettings:
     optim: OptimSettings = OptimSettings()
     grpo: GrpoSettings = GrpoSettings()
     seed: int = 0
+    compile_step: bool = True  # CUDA graphs for the decode step (GPU only; falls back to eager)
 
 
 def round_memory_bytes(config, batch: int, tokens: int, dtype_bytes: int) -> int:
@@ -110,7 +111,8 @@ class CudaBackend(Backend):
         eos = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
         generation_eos = getattr(self.trainer.model.get_base_model().generation_config, "eos_token_id", None)
         eos |= set(generation_eos if isinstance(generation_eos, list) else [generation_eos] if generation_eos is not None else [])
-        self.generator = TorchGenerator(self.trainer.model, self.tokenizer, eos, self.trainer._softcap)
+        self.generator = TorchGenerator(self.trainer.model, self.tokenizer, eos, self.trainer._softcap,
+                                        compile_step=on_gpu and settings.compile_step)
 
     def info(self) -> BackendInfo:
         dev = self.settings.device

@@ -5,8 +5,8 @@ that learns: hand-off costs nothing, and the logprobs returned here are the ones
 forward pass recomputes, up to floating-point differences between a KV-cached, left-padded decode
 and a right-padded full forward (reported each round as `sampler_logprob_gap`).
 
-All Q×G sequences decode together: prompts are left-padded once, prefilled once per completion
-slot, then one token per step for every live sequence. A sequence stops at EOS, at a stop string
+All Q×G sequences decode together: prompts are left-padded (to a bucketed width), prefilled into a
+static KV cache, then one token per step for every sequence. A sequence stops at EOS, at a stop string
 or at max tokens. Stop strings are checked on the decoded text every few steps (a device sync
 each check), and the sequence is cut back to the token that completed the string, which is where
 llama.cpp's generator stops too.
@@ -14,6 +14,7 @@ llama.cpp's generator stops too.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
@@ -22,10 +23,13 @@ import torch
 from .base import Completion, GenerationResult, ProgressCallback, SamplingParams, StopCheck
 
 STOP_CHECK_EVERY = 8  # decode steps between host-side checks (stop strings, all finished)
+PROMPT_BUCKET = 32  # prompt widths are padded up to a multiple of this
+
+log = logging.getLogger(__name__)
 
 
 class TorchGenerator:
-    def __init__(self, model, tokenizer, eos_ids: set[int], softcap: float | None = None) -> None:
+    def __init__(self, model, tokenizer, eos_ids: set[int], softcap: float | None = None, compile_step: bool = False) -> None:
         self.model = model  # the peft-wrapped causal LM shared with the trainer
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -35,6 +39,10 @@ class TorchGenerator:
         self._lm_head = base.get_output_embeddings()
         self.device = next(model.parameters()).device
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+        # On a GPU, the one-token step is captured as CUDA graphs: its shapes are static (a static
+        # KV cache, a full-length mask updated in place, bucketed prompt widths). The first round
+        # pays the compilation; later rounds with the same shape replay the graphs.
+        self._compiled = torch.compile(self._step, mode="reduce-overhead", dynamic=False) if compile_step else None
 
     def _next_logprobs(self, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
         logits = self._lm_head(hidden).float()
@@ -51,15 +59,13 @@ class TorchGenerator:
         should_stop: StopCheck | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> GenerationResult:
-        from transformers import DynamicCache
-
         if params.temperature <= 0:
             raise ValueError("temperature must be > 0 (RL needs the sampling distribution's logprobs)")
         start = time.perf_counter()
         was_training = self.model.training
         self.model.eval()
         try:
-            seqs, finish = self._decode(prompt_ids, n, params, should_stop, on_progress, DynamicCache())
+            seqs, finish = self._decode(prompt_ids, n, params, should_stop, on_progress)
         finally:
             self.model.train(was_training)
         completions = []
@@ -77,25 +83,35 @@ class TorchGenerator:
             generated_tokens=sum(len(ids) for ids, _ in seqs),
         )
 
-    def _decode(self, prompt_ids, n, params, should_stop, on_progress, cache):
+    def _step(self, ids, mask, positions, cache_position, cache, temperature: float) -> torch.Tensor:
+        """One forward over the cache: next-token logprobs at every sequence's last position."""
+        out = self._backbone(input_ids=ids, attention_mask=mask, position_ids=positions,
+                             cache_position=cache_position, past_key_values=cache, use_cache=True)
+        return self._next_logprobs(out.last_hidden_state[:, -1], temperature)
+
+    def _decode(self, prompt_ids, n, params, should_stop, on_progress):
+        from transformers import StaticCache
+
         dev = self.device
         rows = [list(p) for p in prompt_ids for _ in range(n)]
-        batch, width = len(rows), max(len(r) for r in rows)
+        batch = len(rows)
+        # Bucketed widths: rounds repeat the same shapes, so a compiled step is reused, not rebuilt.
+        width = -(-max(len(r) for r in rows) // PROMPT_BUCKET) * PROMPT_BUCKET
+        total = width + params.max_new_tokens
         ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
+        mask = torch.zeros((batch, total), dtype=torch.long)
         for b, r in enumerate(rows):  # left padding: every sequence's next token sits in the last column
             ids[b, width - len(r):] = torch.tensor(r)
-            mask[b, width - len(r):] = 1
+            mask[b, width - len(r):width] = 1
         ids, mask = ids.to(dev), mask.to(dev)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
+        cache = StaticCache(config=self._backbone.config, max_cache_len=total)
         gen = torch.Generator(device=dev)
         gen.manual_seed(params.seed if params.seed is not None else int(torch.seed() % 2**63))
         eos = torch.tensor(sorted(self.eos_ids), device=dev)
 
-        out = self._backbone(input_ids=ids, attention_mask=mask, position_ids=positions,
-                             past_key_values=cache, use_cache=True)
-        logp = self._next_logprobs(out.last_hidden_state[:, -1], params.temperature)
-        last_pos = positions[:, -1]
+        logp = self._step(ids, mask, positions, torch.arange(width, device=dev), cache, params.temperature)
+        last_pos = positions[:, -1:]
         tokens, token_lps = [], []
         done = torch.zeros(batch, dtype=torch.bool, device=dev)
         finish = ["length"] * batch
@@ -105,10 +121,10 @@ class TorchGenerator:
             if should_stop is not None and should_stop():
                 abandoned = True
                 break
-            nxt = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
-            tokens.append(nxt)
-            token_lps.append(logp.gather(-1, nxt[:, None]).squeeze(-1))
-            done |= torch.isin(nxt, eos)
+            nxt = torch.multinomial(logp.exp(), 1, generator=gen)
+            tokens.append(nxt[:, 0])
+            token_lps.append(logp.gather(-1, nxt)[:, 0])
+            done |= torch.isin(nxt[:, 0], eos)
             last = step + 1 == params.max_new_tokens
             if last or (step + 1) % STOP_CHECK_EVERY == 0:
                 self._note_finished(tokens, finish, ended_at, params.stop)
@@ -119,11 +135,10 @@ class TorchGenerator:
                     break
             if last:
                 break
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=dev)], dim=1)
+            mask[:, width + step] = 1
             last_pos = last_pos + 1
-            out = self._backbone(input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                                 past_key_values=cache, use_cache=True)
-            logp = self._next_logprobs(out.last_hidden_state[:, -1], params.temperature)
+            cache_position = torch.tensor([width + step], device=dev)
+            logp = self._decode_step(nxt, mask, last_pos, cache_position, cache, params.temperature)
 
         all_tokens = torch.stack(tokens, dim=1).tolist() if tokens else [[] for _ in range(batch)]
         all_lps = torch.stack(token_lps, dim=1).tolist() if tokens else [[] for _ in range(batch)]
@@ -136,6 +151,18 @@ class TorchGenerator:
                 finish[b] = "abandoned"
             seqs.append((all_tokens[b][:keep], all_lps[b][:keep]))
         return seqs, finish
+
+    def _decode_step(self, *args) -> torch.Tensor:
+        """The per-token step: compiled (CUDA graphs) when asked for, eager otherwise or if
+        compiling fails on this model/torch (logged once, never fatal)."""
+        if self._compiled is None:
+            return self._step(*args)
+        try:
+            return self._compiled(*args)
+        except Exception as exc:  # noqa: BLE001 — a compiler failure must not end the round
+            log.warning("compiled decoding failed (%s: %s); decoding eagerly from now on", type(exc).__name__, exc)
+            self._compiled = None
+            return self._step(*args)
 
     def _note_finished(self, tokens, finish, ended_at, stops) -> None:
         """Host-side: where each still-running sequence ended (EOS or a stop string)."""

@@ -94,3 +94,43 @@ def test_on_the_gpu_bf16_sampling_matches_training(gguf_path):
     result = backend.generate(prompts(), 8, SamplingParams(max_new_tokens=32, temperature=1.0, stop=(CLOSE,), seed=1))
     stats = backend.train_step(samples_from(result))
     assert stats.sampler_logprob_gap < 0.05 and stats.sampler_ratio_outside < 0.05
+
+
+def test_a_failing_compiled_step_falls_back_to_eager(torch_backend, caplog):
+    gen = torch_backend.generator
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=4)
+    eager = gen.generate([torch_backend.encode_prompt(prompts()[0])], 2, params)
+
+    def broken(*args):
+        raise RuntimeError("inductor could not compile")
+
+    gen._compiled = broken
+    try:
+        again = gen.generate([torch_backend.encode_prompt(prompts()[0])], 2, params)
+    finally:
+        gen._compiled = None
+    assert [c.token_ids for c in again.completions[0]] == [c.token_ids for c in eager.completions[0]]
+    assert "decoding eagerly" in caplog.text
+
+
+def test_asking_for_cuda_without_a_device_is_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = subprocess.run([sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "run", "--headless",
+                          "--rounds", "1", "--set", "backend.kind=\"cuda\""], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "sees no CUDA device" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_gpu_benchmark_command_runs_its_toy_shape_on_the_cpu():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "swarmling.app", "bench-gpu", "--device", "cpu", "--tiny", "--rounds", "1"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for row in ("SmolLM2-135M", "Qwen2.5-0.5B", "generate, steady", "floor: generation", "HF generate static cache, steady",
+                "round total, steady", "logprob gap"):
+        assert row in out.stdout, row
