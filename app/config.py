@@ -53,6 +53,9 @@ class RoundSection(_Section):
 
 
 class TrainSection(_Section):
+    # "lora": a LoRA adapter on the frozen base (every backend). "full": every weight trains
+    # (CUDA backend only, when the GPU has room for weights + gradients + AdamW moments).
+    mode: Literal["lora", "full"] = "lora"
     learning_rate: float = Field(default=2e-4, gt=0, le=1.0)
     lora_r: int = Field(default=16, ge=1, le=1024)
     lora_alpha: float = Field(default=32.0, gt=0)

@@ -34,6 +34,12 @@ def resolve(config: Config, hw: Hardware, preset: Preset) -> Resolved:
     # laptop stays at 2048 or less; the gradient is the same, only accumulated in more passes.
     gib = hw.memory_total / 2**30
     microbatch = config.train.microbatch_tokens or (512 if gib < 6 else 1024 if gib < 12 else 2048)
+    if hw.cuda_devices and config.backend.kind in ("auto", "cuda"):
+        # On a GPU the microbatch follows device memory (logits are chunked, so activations of a
+        # sub-1B model dominate): 8k tokens on an 8-16 GB card, up to 32k on an 80 GB one.
+        gpu_gib = (hw.cuda_memory[0] if hw.cuda_memory else 0) / 2**30
+        microbatch = config.train.microbatch_tokens or (4096 if gpu_gib < 8 else 8192 if gpu_gib < 16
+                                                        else 16384 if gpu_gib < 40 else 32768)
     return Resolved(
         threads=threads,
         questions=questions,

@@ -25,6 +25,7 @@ class Hardware:
     memory_available: int
     cpu_flags: frozenset[str] = field(default_factory=frozenset)
     cuda_devices: tuple[str, ...] = ()
+    cuda_memory: tuple[int, ...] = ()  # total bytes per CUDA device
     apple_silicon: bool = False
     mlx_importable: bool = False
 
@@ -55,24 +56,26 @@ def _cpu_info() -> tuple[str, frozenset[str]]:
     return name, flags
 
 
-def _cuda_devices() -> tuple[str, ...]:
+def _cuda_devices() -> tuple[tuple[str, ...], tuple[int, ...]]:
     # Cheap tell first: importing torch costs seconds and CUDA is absent on most volunteer laptops.
     if sys.platform == "darwin" or not (os.path.exists("/proc/driver/nvidia") or os.environ.get("CUDA_VISIBLE_DEVICES")):
-        return ()
+        return (), ()
     try:
         import torch
 
         if torch.cuda.is_available():
-            return tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+            props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+            return tuple(p.name for p in props), tuple(int(p.total_memory) for p in props)
     except Exception:
         pass
-    return ()
+    return (), ()
 
 
 def detect() -> Hardware:
     cpu, flags = _cpu_info()
     mem = psutil.virtual_memory()
     apple = sys.platform == "darwin" and platform.machine() == "arm64"
+    cuda = _cuda_devices()
     return Hardware(
         system=f"{platform.system()} {platform.release()}",
         machine=platform.machine(),
@@ -82,7 +85,8 @@ def detect() -> Hardware:
         memory_total=mem.total,
         memory_available=mem.available,
         cpu_flags=flags,
-        cuda_devices=_cuda_devices(),
+        cuda_devices=cuda[0],
+        cuda_memory=cuda[1],
         apple_silicon=apple,
         mlx_importable=apple and importlib.util.find_spec("mlx") is not None,
     )

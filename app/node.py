@@ -76,11 +76,17 @@ def build_backend(name: str, config: Config, paths: Paths, resolved: Resolved, m
 
         folder = model.hf_dir or converted_folder(model.gguf, paths.cache_dir)
         try:
-            return CudaBackend(CudaSettings(folder, model.name, config.round.temperature, "cuda", lora, optim, grpo, seed))
+            return CudaBackend(CudaSettings(folder, model.name, config.round.temperature, "cuda", lora, optim, grpo, seed,
+                                            full=t.mode == "full"))
         except BackendMemoryError as exc:
             raise NodeError(str(exc)) from None
     if name != "cpu":
         raise NodeError(f"backend {name!r} is not available in this release")
+    if t.mode == "full":
+        raise NodeError(
+            "train.mode = 'full' needs the CUDA backend: on the CPU, llama.cpp samples through a LoRA adapter, "
+            "so only the adapter can train; set train.mode = 'lora'"
+        )
     if model.gguf is None:
         raise NodeError(
             f"the CPU backend samples with llama.cpp, which needs a .gguf file; {model.name!r} is a Hugging Face "

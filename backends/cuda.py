@@ -53,6 +53,7 @@ class CudaSettings:
     grpo: GrpoSettings = GrpoSettings()
     seed: int = 0
     compile_step: bool = True  # CUDA graphs for the decode step (GPU only; falls back to eager)
+    full: bool = False  # train every weight instead of a LoRA adapter
 
 
 def round_memory_bytes(config, batch: int, tokens: int, dtype_bytes: int) -> int:
@@ -79,18 +80,24 @@ def check_fits(config, batch: int, tokens: int, device: str, dtype: torch.dtype)
         )
 
 
-def check_model_fits(model_dir: Path, device: str, dtype: torch.dtype) -> None:
-    """The weights (as stored, converted to `dtype`) plus LoRA training headroom, against free memory."""
+def check_model_fits(model_dir: Path, device: str, dtype: torch.dtype, full: bool = False) -> None:
+    """The weights (as stored, converted to `dtype`) plus training headroom, against free memory:
+    LoRA needs little beyond the weights; full fine-tuning adds gradients and two AdamW moments."""
     if not device.startswith("cuda"):
         return
+    import json
+
     stored = sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
-    params = stored / 4 if stored else 0  # the converted shipped models are fp32 on disk
-    need = params * (torch.finfo(dtype).bits // 8) * 1.5
+    dtype_on_disk = json.loads((Path(model_dir) / "config.json").read_text()).get("torch_dtype") or "float32"
+    bytes_on_disk = 4 if "32" in str(dtype_on_disk) else 2
+    params = stored / bytes_on_disk
+    need = params * (torch.finfo(dtype).bits // 8) * (4.5 if full else 1.5)
     free, total = torch.cuda.mem_get_info(torch.device(device))
     if need > 0.9 * free:
         raise BackendMemoryError(
-            f"the model in {model_dir} needs about {need / 2**30:.1f} GiB of GPU memory with training headroom; "
-            f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB are free: pick a smaller model or free the GPU"
+            f"the model in {model_dir} needs about {need / 2**30:.1f} GiB of GPU memory with training headroom"
+            f"{' for full fine-tuning' if full else ''}; {free / 2**30:.1f} of {total / 2**30:.1f} GiB are free: "
+            + ("use train.mode = 'lora', " if full else "") + "pick a smaller model or free the GPU"
         )
 
 
@@ -101,15 +108,15 @@ class CudaBackend(Backend):
         self.settings = settings
         on_gpu = settings.device.startswith("cuda")
         self.dtype = torch.bfloat16 if on_gpu else torch.float32
-        check_model_fits(settings.model_dir, settings.device, self.dtype)
+        check_model_fits(settings.model_dir, settings.device, self.dtype, settings.full)
         self.tokenizer = AutoTokenizer.from_pretrained(str(settings.model_dir))
         self.chat_template = self.tokenizer.chat_template if isinstance(self.tokenizer.chat_template, str) else None
         self.trainer = TorchLoraTrainer(
             settings.model_dir, settings.lora, settings.optim, settings.grpo, settings.temperature,
-            device=settings.device, dtype=self.dtype, seed=settings.seed,
+            device=settings.device, dtype=self.dtype, seed=settings.seed, full=settings.full,
         )
         eos = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
-        generation_eos = getattr(self.trainer.model.get_base_model().generation_config, "eos_token_id", None)
+        generation_eos = getattr(self.trainer.causal_lm.generation_config, "eos_token_id", None)
         eos |= set(generation_eos if isinstance(generation_eos, list) else [generation_eos] if generation_eos is not None else [])
         self.generator = TorchGenerator(self.trainer.model, self.tokenizer, eos, self.trainer._softcap,
                                         compile_step=on_gpu and settings.compile_step)
@@ -125,8 +132,9 @@ class CudaBackend(Backend):
             model=self.settings.model_name,
             memory_bytes=memory,
             generator=f"torch batched sampling ({str(self.dtype).removeprefix('torch.')}, KV cache)",
-            trainer=f"torch {torch.__version__} + LoRA r={self.settings.lora.r} "
-            f"({self.trainer.trainable_parameters() / 1e6:.2f}M trainable), same weights as the sampler",
+            trainer=f"torch {torch.__version__} + "
+            + ("full fine-tuning" if self.settings.full else f"LoRA r={self.settings.lora.r}")
+            + f" ({self.trainer.trainable_parameters() / 1e6:.2f}M trainable), same weights as the sampler",
         )
 
     def encode_prompt(self, prompt: ChatPrompt) -> list[int]:

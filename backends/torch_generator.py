@@ -30,11 +30,11 @@ log = logging.getLogger(__name__)
 
 class TorchGenerator:
     def __init__(self, model, tokenizer, eos_ids: set[int], softcap: float | None = None, compile_step: bool = False) -> None:
-        self.model = model  # the peft-wrapped causal LM shared with the trainer
+        self.model = model  # the trainer's model: peft-wrapped (LoRA) or the plain causal LM (full)
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
         self.softcap = softcap
-        base = model.get_base_model()
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self._backbone = base.model
         self._lm_head = base.get_output_embeddings()
         self.device = next(model.parameters()).device

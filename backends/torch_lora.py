@@ -1,4 +1,5 @@
 """LoRA training with the GRPO objective in torch — shared by the CPU and CUDA backends.
+With `full=True` (CUDA backend, `train.mode = "full"`) every weight trains instead of an adapter.
 
 Memory note: with a 49k-token vocabulary the logits dominate (8 × 350 × 49152 fp32 ≈ 550 MB per
 copy). Only completion positions need logits, and those are computed in chunks under activation
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 ADAPTER_FILE = "adapter_model.safetensors"
+FULL_WEIGHTS_FILE = "model.safetensors"  # full fine-tuning: the whole model is the "adapter"
 ADAPTER_CONFIG = "adapter_config.json"
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -74,6 +76,7 @@ class TorchLoraTrainer:
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         seed: int = 0,
+        full: bool = False,
     ) -> None:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM
@@ -85,21 +88,25 @@ class TorchLoraTrainer:
         self.lora, self.optim, self.grpo, self.temperature = lora, optim, grpo, temperature
         base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(self.device)
         base.config.use_cache = False
-        config = LoraConfig(
-            r=lora.r,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules),
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-        self.model = get_peft_model(base, config)
+        self.full = full
+        if full:
+            self.model = base
+        else:
+            config = LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                bias="none",
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(base, config)
         self.model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=optim.learning_rate, betas=(0.9, 0.99), weight_decay=optim.weight_decay
         )
-        causal_lm = self.model.get_base_model()
+        causal_lm = self.causal_lm
         self._backbone = causal_lm.model
         self._lm_head = causal_lm.get_output_embeddings()
         self._softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
@@ -107,8 +114,13 @@ class TorchLoraTrainer:
 
     # ---- facts -------------------------------------------------------------------------------
     @property
+    def causal_lm(self):
+        """The transformers model underneath (peft wraps it for LoRA; full fine-tuning does not)."""
+        return self.model if self.full else self.model.get_base_model()
+
+    @property
     def config(self):
-        return self.model.get_base_model().config
+        return self.causal_lm.config
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.params)
@@ -291,12 +303,21 @@ class TorchLoraTrainer:
     def lora_state(self) -> dict[str, torch.Tensor]:
         from peft import get_peft_model_state_dict
 
-        return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(self.model).items()}
+        state = self.model.state_dict() if self.full else get_peft_model_state_dict(self.model)
+        return {k: v.detach().cpu().clone() for k, v in state.items()}
 
     def save_adapter(self, directory: Path) -> None:
         from safetensors.torch import save_file
 
         directory = Path(directory)
+        if self.full:
+            state = {k: v.contiguous() for k, v in self.lora_state().items()}
+            # tied embeddings share storage: keep one name, as save_pretrained does
+            if getattr(self.config, "tie_word_embeddings", False):
+                state.pop("lm_head.weight", None)
+            save_file(state, str(directory / FULL_WEIGHTS_FILE))
+            (directory / ADAPTER_CONFIG).write_text(json.dumps({"mode": "full"}, indent=1))
+            return
         save_file(self.lora_state(), str(directory / ADAPTER_FILE))
         config = {"peft_type": "LORA", **asdict(self.lora), "target_modules": list(self.lora.target_modules)}
         (directory / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1))
@@ -307,6 +328,19 @@ class TorchLoraTrainer:
 
         directory = Path(directory)
         saved = json.loads((directory / ADAPTER_CONFIG).read_text())
+        if (saved.get("mode") == "full") != self.full:
+            raise ValueError(
+                f"the checkpoint in {directory} was trained with train.mode = "
+                f"{'full' if saved.get('mode') == 'full' else 'lora'}, but the config asks for "
+                f"{'full' if self.full else 'lora'}"
+            )
+        if self.full:
+            state = load_file(str(directory / FULL_WEIGHTS_FILE), device=str(self.device))
+            result = self.model.load_state_dict(state, strict=False)
+            bad = [k for k in result.missing_keys if k != "lm_head.weight"] + list(result.unexpected_keys)
+            if bad:
+                raise ValueError(f"the weights in {directory} do not fit this model: {bad[:3]}")
+            return
         if int(saved.get("r", -1)) != self.lora.r or set(saved.get("target_modules", [])) != set(self.lora.target_modules):
             raise ValueError(
                 f"adapter in {directory} has r={saved.get('r')} on {saved.get('target_modules')}, but the config asks "

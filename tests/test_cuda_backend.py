@@ -134,3 +134,25 @@ def test_gpu_benchmark_command_runs_its_toy_shape_on_the_cpu():
     for row in ("SmolLM2-135M", "Qwen2.5-0.5B", "generate, steady", "floor: generation", "HF generate static cache, steady",
                 "round total, steady", "logprob gap"):
         assert row in out.stdout, row
+
+
+def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_path):
+    folder = converted_folder(gguf_path, TEST_CACHE)
+    full = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3, full=True))
+    assert full.trainer.trainable_parameters() > 100e6  # all ~135M, not an adapter's ~5M
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, stop=(CLOSE,), seed=6)
+    result = full.generate(prompts()[:2], 2, params)
+    samples = samples_from(result)
+    before = full.trainer.token_logprobs(samples)
+    stats = full.train_step(samples)
+    assert stats.sampler_logprob_gap < 1e-3
+    after = full.trainer.token_logprobs(samples)
+    assert any(abs(x - y) > 1e-4 for r0, r1 in zip(before, after) for x, y in zip(r0, r1))
+    full.save_state(tmp_path)
+    full.train_step(samples)
+    full.load_state(tmp_path)
+    restored = full.trainer.token_logprobs(samples)
+    assert max(abs(x - y) for r0, r1 in zip(after, restored) for x, y in zip(r0, r1)) < 1e-5
+    lora = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu"))
+    with pytest.raises(ValueError, match="train.mode"):
+        lora.load_state(tmp_path)  # a full checkpoint is not silently read as an adapter
