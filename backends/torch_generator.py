@@ -43,6 +43,8 @@ class TorchGenerator:
         # KV cache, a full-length mask updated in place, bucketed prompt widths). The first round
         # pays the compilation; later rounds with the same shape replay the graphs.
         self._compiled = torch.compile(self._step, mode="reduce-overhead", dynamic=False) if compile_step else None
+        self._cache = None
+        self._cache_shape: tuple[int, int] | None = None
 
     def _next_logprobs(self, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
         logits = self._lm_head(hidden).float()
@@ -105,7 +107,7 @@ class TorchGenerator:
             mask[b, width - len(r):width] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
-        cache = StaticCache(config=self._backbone.config, max_cache_len=total)
+        cache = self._cache_for(batch, total, StaticCache)
         gen = torch.Generator(device=dev)
         gen.manual_seed(params.seed if params.seed is not None else int(torch.seed() % 2**63))
         eos = torch.tensor(sorted(self.eos_ids), device=dev)
@@ -151,6 +153,15 @@ class TorchGenerator:
                 finish[b] = "abandoned"
             seqs.append((all_tokens[b][:keep], all_lps[b][:keep]))
         return seqs, finish
+
+    def _cache_for(self, batch: int, total: int, factory):
+        """One static KV cache, reused (zeroed) while the round's shape stays the same: captured
+        CUDA graphs point at its tensors, so a fresh cache each round would mean re-capturing."""
+        if self._cache is None or self._cache_shape != (batch, total):
+            self._cache, self._cache_shape = factory(config=self._backbone.config, max_cache_len=total), (batch, total)
+        else:
+            self._cache.reset()
+        return self._cache
 
     def _decode_step(self, *args) -> torch.Tensor:
         """The per-token step: compiled (CUDA graphs) when asked for, eager otherwise or if

@@ -156,3 +156,25 @@ def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_pat
     lora = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu"))
     with pytest.raises(ValueError, match="train.mode"):
         lora.load_state(tmp_path)  # a full checkpoint is not silently read as an adapter
+
+
+def test_a_whole_round_runs_on_the_torch_backend(torch_backend):
+    import numpy as np
+
+    from swarmling.app.curriculum import Curriculum
+    from swarmling.app.round import RoundSettings, run_round
+    from swarmling.app.tasks import load_preset
+
+    preset = load_preset("starter")
+    phases, progress = [], []
+    settings = RoundSettings(questions=3, completions=4, max_new_tokens=12, temperature=1.0, local_groups=3,
+                             external_groups=0, prefill_answer=True, format_bonus=0.5)
+    outcome = run_round(1, torch_backend, preset, Curriculum(preset), settings, np.random.default_rng(0),
+                        on_phase=phases.append, on_progress=lambda *a: progress.append(a))
+    m = outcome.metrics
+    assert m["questions"] == 3 and m["completions"] == 12 and m["generated_tokens"] > 0
+    assert phases[:3] == ["tasks", "generate", "score"]
+    assert any(p[0] == "generate" for p in progress)
+    if "train" in m:  # a round with signal trained: sampling and training agree on the same weights
+        assert m["train"]["sampler_logprob_gap"] < 1e-3
+        assert m["seconds"]["hand-off"] < 0.1
