@@ -1,0 +1,102 @@
+"""The control channel: requests handled (pure), and the CLI against a really running node on the
+shipped model (pause, resume, finish, status over the Unix socket)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from swarmling.app.control import ControlError, handle, send, socket_path
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def status(self):
+        return {"state": "running"}
+
+    def pause(self, finish_round=False):
+        self.calls.append("finish" if finish_round else "pause")
+
+    def resume(self):
+        self.calls.append("resume")
+
+
+def test_requests_map_to_controls_and_bad_ones_are_refused():
+    node = Recorder()
+    for cmd in ("pause", "finish", "resume", "status"):
+        assert handle(node, json.dumps({"cmd": cmd}).encode())["ok"]
+    assert node.calls == ["pause", "finish", "resume"]
+    for raw in (b"\xff", b"[]", b'{"cmd": "rm -rf"}', b"{}"):
+        reply = handle(node, raw)
+        assert not reply["ok"] and reply["error"]
+
+
+def test_no_node_running_is_a_clear_error(tmp_path):
+    with pytest.raises(ControlError, match="no swarmling node is running"):
+        send(tmp_path, "status")
+
+
+TINY = ["--set", "round.questions=2", "--set", "round.completions=2", "--set", "round.max_new_tokens=6",
+        "--set", "run.seed=1"]
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swarmling.app", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def status(home: Path) -> dict:
+    out = cli(home, "status", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_controls_against_a_running_node(tmp_path):
+    node = subprocess.Popen([sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "run", "--headless", *TINY],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        sock = socket_path(tmp_path / "state")
+        wait(sock.exists, 180, "the control socket")
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600 and stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+        wait(lambda: status(tmp_path)["last_round"], 300, "a finished round")
+
+        out = cli(tmp_path, "pause")
+        assert out.returncode == 0 and "paus" in out.stdout
+        wait(lambda: status(tmp_path)["state"] == "paused", 120, "paused")
+        held = status(tmp_path)["round"]
+        time.sleep(3)
+        assert status(tmp_path)["round"] == held
+
+        assert cli(tmp_path, "resume").returncode == 0
+        wait(lambda: status(tmp_path)["round"] > held, 300, "a round after resuming")
+
+        assert cli(tmp_path, "finish").returncode == 0
+        wait(lambda: status(tmp_path)["state"] == "paused", 300, "paused after finishing the round")
+        human = cli(tmp_path, "status")
+        assert human.returncode == 0 and "paused" in human.stdout and "round" in human.stdout
+    finally:
+        node.terminate()
+        out, err = node.communicate(timeout=120)
+    assert node.returncode == 0, err[-2000:]
+    assert not socket_path(tmp_path / "state").exists()  # removed on a clean stop
+    assert "no swarmling node is running" in cli(tmp_path, "status").stderr
