@@ -60,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--timeout", type=_positive, default=3600, help="stop every node after this many seconds (default 3600)")
     _add_overrides(sim)
 
+    st = sub.add_parser("status", help="what the running node is doing (over its local control socket)")
+    st.add_argument("--json", action="store_true", help="machine-readable")
+    for name, text in (("pause", "pause the running node now (the round in flight is dropped)"),
+                       ("resume", "resume a paused node"),
+                       ("finish", "let the running node finish its round, then pause")):
+        sub.add_parser(name, help=text)
+    svc = sub.add_parser("service", help="run the node as a per-user service (systemd user unit / launchd agent)")
+    svc.add_argument("action", choices=("install", "uninstall", "status"))
+    svc.add_argument("--no-start", action="store_true", help="install: write the unit file only")
+
     ident = sub.add_parser("id", help="show this node's peer ID and the addresses peers can dial")
     who = ident.add_mutually_exclusive_group()
     who.add_argument("--new", action="store_true", help="replace the identity with a fresh one (a cloned machine, a leaked key)")
@@ -133,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "config":
         return _config(config, args)
+    if args.command in ("status", "pause", "resume", "finish"):
+        return _control(paths, args.command, getattr(args, "json", False))
+    if args.command == "service":
+        return _service(paths, args)
+    _log_to_file(paths, config)
     if args.command == "doctor":
         from .doctor import doctor
 
@@ -163,6 +178,69 @@ def main(argv: list[str] | None = None) -> int:
 def _interactive() -> bool:
     """The TUI needs a real terminal on both ends; pipes, services and CI get headless."""
     return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
+
+
+def _log_to_file(paths, config: Config) -> None:
+    """Round lines, notices and the node's log into a rotating file in the log dir."""
+    from logging.handlers import RotatingFileHandler
+
+    try:
+        paths.log_dir.mkdir(parents=True, exist_ok=True)
+        handler = RotatingFileHandler(paths.log_dir / "swarmling.log", maxBytes=int(config.logging.max_mb * 2**20),
+                                      backupCount=config.logging.keep, encoding="utf-8")
+    except OSError as exc:
+        print(f"swarmling: warning: no log file ({exc})", file=sys.stderr)
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    for name in ("swarmling", "swarmling.rounds"):
+        logging.getLogger(name).addHandler(handler)
+    logging.getLogger("swarmling.rounds").setLevel(logging.INFO)
+
+
+def _control(paths, cmd: str, as_json: bool) -> int:
+    import json
+
+    from .control import ControlError, send
+
+    try:
+        status = send(paths.state_dir, cmd)
+    except ControlError as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps(status, indent=1))
+        return 0
+    done = {"pause": "pausing", "resume": "resuming", "finish": "finishing the round, then pausing"}.get(cmd)
+    if done:
+        print(f"swarmling: {done}")
+    state = status["state"] + (f" ({status['detail']})" if status.get("detail") else "")
+    print(f"state    {state}")
+    print(f"round    {status['round']}" + (f" · {status['phase']}" if status.get("phase") else ""))
+    print(f"model    {status.get('model')} on {status.get('backend')}  (pid {status['pid']})")
+    last = status.get("last_round")
+    if last:
+        print(f"last     round {last['round']}: reward {last['reward_mean']:.3f}, solved {last['solved']}/"
+              f"{last['questions']}, {last['wall_seconds']:.0f} s")
+    if status.get("peers") is not None:
+        print(f"peers    {status['peers']}")
+    return 0
+
+
+def _service(paths, args) -> int:
+    from . import service
+
+    home = os.environ.get("SWARMLING_HOME") or args.home
+    try:
+        if args.action == "install":
+            print(service.install(paths, str(Path(home).resolve()) if home else None, start=not args.no_start))
+        elif args.action == "uninstall":
+            print(service.uninstall())
+        else:
+            print(service.status())
+    except service.ServiceError as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _config(config: Config, args: argparse.Namespace) -> int:

@@ -119,6 +119,42 @@ class SwarmSection(_Section):
         return value
 
 
+class ResourcesSection(_Section):
+    """Being a good guest. CPU threads are backend.threads (default: all cores but one)."""
+
+    # Resident memory the node may use, in GB: the training microbatch shrinks to fit, or the node
+    # refuses to start and says what would fit. Unset: sized from the machine's memory.
+    max_memory_gb: float | None = Field(default=None, gt=0, le=4096)
+    # Below this much free disk where checkpoints and logs go, the node suspends itself (and says so).
+    min_free_disk_mb: int = Field(default=1024, ge=0)
+    nice: int = Field(default=10, ge=0, le=19)  # CPU priority offset: the user's programs come first
+    pause_on_battery: bool = True
+    resume_after_plugged_s: int = Field(default=60, ge=0, le=86400)  # mains must stay connected this long
+    only_when_idle: bool = False  # where the OS tells (macOS, X11 with xprintidle)
+    idle_after_s: int = Field(default=300, ge=10, le=86400)
+    windows: tuple[str, ...] = ()  # run only inside these local-time windows, e.g. ["22:00-07:00"]
+    on_suspend: Literal["abandon", "finish"] = "abandon"  # the round in flight when a rule suspends the node
+    release_memory_after_s: int = Field(default=900, ge=0)  # suspended this long: free the model (0: never)
+    check_every_s: float = Field(default=15.0, ge=1, le=3600)
+    # Swarm traffic cap, KiB/s averaged over a round (bundles fetched); unset: swarm.inbound_kib_per_round.
+    bandwidth_kib_s: int | None = Field(default=None, ge=1)
+
+    @field_validator("windows")
+    @classmethod
+    def _windows(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from .guest import parse_window
+
+        for window in value:
+            parse_window(window)
+        return value
+
+
+class LoggingSection(_Section):
+    # The log file in the log dir rotates at this size, keeping this many old files.
+    max_mb: float = Field(default=10.0, gt=0, le=10_000)
+    keep: int = Field(default=5, ge=1, le=1000)
+
+
 class RunSection(_Section):
     # What Ctrl-C / SIGTERM does to the round in flight: drop it now, or finish it first.
     on_stop: Literal["abandon", "finish"] = "abandon"
@@ -133,6 +169,8 @@ class Config(_Section):
     reward: RewardSection = RewardSection()
     checkpoint: CheckpointSection = CheckpointSection()
     swarm: SwarmSection = SwarmSection()
+    resources: ResourcesSection = ResourcesSection()
+    logging: LoggingSection = LoggingSection()
     run: RunSection = RunSection()
 
 

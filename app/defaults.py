@@ -24,8 +24,38 @@ class Resolved:
     microbatch_tokens: int
 
 
-def resolve(config: Config, hw: Hardware, preset: Preset) -> Resolved:
-    threads = config.backend.threads or max(1, hw.physical_cores)
+# Peak resident memory of a CPU node with the shipped 135M model, measured: ~1.25 GB at a 256-token
+# training microbatch, ~12.5 GB at 4096 -> about 0.6 GB + 2.9 MB per microbatch token. Bigger
+# models scale both parts by their size relative to the shipped one.
+BASE_BYTES = 0.6e9
+BYTES_PER_MICROBATCH_TOKEN = 2.9e6
+MIN_MICROBATCH = 128
+
+
+class ResourceError(ValueError):
+    """A resource ceiling that no round can fit under; the message says what would."""
+
+
+def estimate_peak_bytes(microbatch_tokens: int, model_scale: float = 1.0) -> float:
+    return model_scale * (BASE_BYTES + BYTES_PER_MICROBATCH_TOKEN * microbatch_tokens)
+
+
+def fit_microbatch(microbatch: int, ceiling_bytes: float, model_scale: float = 1.0) -> int:
+    """The largest microbatch (halving from `microbatch`) whose estimated peak fits the ceiling."""
+    while microbatch > MIN_MICROBATCH and estimate_peak_bytes(microbatch, model_scale) > ceiling_bytes:
+        microbatch //= 2
+    if estimate_peak_bytes(microbatch, model_scale) > ceiling_bytes:
+        need = estimate_peak_bytes(MIN_MICROBATCH, model_scale) / 1e9
+        raise ResourceError(
+            f"resources.max_memory_gb = {ceiling_bytes / 1e9:g} is below what this model needs even at the smallest "
+            f"training microbatch (about {need:.1f} GB): raise it, or use a smaller model"
+        )
+    return microbatch
+
+
+def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1.0) -> Resolved:
+    # All cores but one by default: the machine's owner keeps a core for their own work.
+    threads = config.backend.threads or max(1, hw.physical_cores - 1)
     small = threads <= 4
     questions = config.round.questions or (8 if small else 16)
     completions = config.round.completions or 8
@@ -40,6 +70,9 @@ def resolve(config: Config, hw: Hardware, preset: Preset) -> Resolved:
         gpu_gib = (hw.cuda_memory[0] if hw.cuda_memory else 0) / 2**30
         microbatch = config.train.microbatch_tokens or (4096 if gpu_gib < 8 else 8192 if gpu_gib < 16
                                                         else 16384 if gpu_gib < 40 else 32768)
+    ceiling = config.resources.max_memory_gb
+    if ceiling is not None and not hw.cuda_devices:
+        microbatch = fit_microbatch(microbatch, ceiling * 1e9, model_scale)
     return Resolved(
         threads=threads,
         questions=questions,

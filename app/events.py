@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # The node's run state, as a viewer shows it.
-STATES = ("starting", "running", "pausing", "paused", "finishing", "stopping", "stopped", "failed")
+STATES = ("starting", "running", "pausing", "paused", "finishing", "suspended", "stopping", "stopped", "failed")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class Readings:
     now: datetime  # local time
     on_battery: bool | None = None  # None: no battery, or the OS does not say
     idle_seconds: float | None = None  # since the user's last input; None: cannot tell here
+    free_disk_bytes: int | None = None  # where checkpoints and logs go
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class GuestSettings:
     only_when_idle: bool = False
     idle_after_s: float = 300.0
     windows: tuple[str, ...] = ()  # "HH:MM-HH:MM", local time; may wrap past midnight
+    min_free_disk_bytes: int = 0
 
 
 def parse_window(text: str) -> tuple[dtime, dtime]:
@@ -60,6 +62,9 @@ class GuestPolicy:
     def decide(self, r: Readings) -> str | None:
         """Why the node should not run now, or None when it may."""
         s = self.settings
+        if r.free_disk_bytes is not None and r.free_disk_bytes < s.min_free_disk_bytes:
+            return (f"only {r.free_disk_bytes / 2**20:.0f} MB free on the disk for checkpoints and logs "
+                    f"(resources.min_free_disk_mb = {s.min_free_disk_bytes // 2**20}); free some space")
         if s.pause_on_battery and r.on_battery is not None:
             reason = self._battery(r)
             if reason:
@@ -90,8 +95,14 @@ class GuestPolicy:
 
 # ---- readings from the OS ----------------------------------------------------------------------
 
-def read_os() -> Readings:
-    return Readings(now=datetime.now(), on_battery=_on_battery(), idle_seconds=_idle_seconds())
+def read_os(disk_path=None) -> Readings:
+    free = None
+    if disk_path is not None:
+        try:
+            free = shutil.disk_usage(disk_path).free
+        except OSError:
+            free = None
+    return Readings(now=datetime.now(), on_battery=_on_battery(), idle_seconds=_idle_seconds(), free_disk_bytes=free)
 
 
 def _on_battery() -> bool | None:

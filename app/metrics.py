@@ -56,3 +56,14 @@ def reconcile(path: Path, last_round: int, last_record: dict | None) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def format_round(m: dict) -> str:
+    s = m.get("seconds", {})
+    train = f"train {s['train']:.1f}s " if "train" in s else "train skipped (no signal) "
+    return (
+        f"round {m['round']:>4}  reward {m['reward_mean']:.3f} (shaped {m['shaped_reward_mean']:.3f})  "
+        f"solved {m['solved']}/{m['questions']}  signal {m['signal_share']:.0%}  tags {m['tag_rate']:.0%}  |  "
+        f"generate {s.get('generate', 0):.1f}s score {s.get('score', 0):.2f}s {train}"
+        f"hand-off {s.get('hand-off', 0):.2f}s  |  {m['tokens_per_s']:.0f} tok/s"
+    )

@@ -3,8 +3,10 @@ to stop, and checkpoints after every round. Viewers learn what happens through e
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -16,10 +18,12 @@ import numpy as np
 
 from ..backends.base import Abandoned, Backend
 from . import metrics as metrics_log
+from .control import ControlError, ControlServer
+from .guest import GuestPolicy, GuestSettings, read_os
 from .checkpoint import latest_checkpoint, save_checkpoint
 from .config import Config
 from .curriculum import Curriculum
-from .defaults import Resolved, resolve
+from .defaults import ResourceError, Resolved, estimate_peak_bytes, resolve
 from .events import (
     CompletionView,
     GroupView,
@@ -41,12 +45,17 @@ from .round import SYSTEM_PROMPT, RoundSettings, run_round
 from .swarm.inbox import Inbox
 from .swarm.intake import IntakeContext
 from .swarm.pool import GroupPool
+from .metrics import format_round
 from .tasks import load_preset
 
 if TYPE_CHECKING:
     from .swarm.swarm import Swarm
 
 STATE_VERSION = 1
+# Round lines and notices for the log file (the CLI attaches a rotating file handler); the
+# terminal gets them from the headless printer or the TUI instead.
+rounds_log = logging.getLogger("swarmling.rounds")
+rounds_log.propagate = False
 PROGRESS_INTERVAL_S = 0.25  # viewers redraw a few times a second at most
 
 
@@ -114,7 +123,13 @@ class Node:
     def __init__(self, config: Config, paths: Paths, listener: Listener | None = None, hardware: Hardware | None = None):
         self.config = config
         self.paths = paths.ensure()
-        self.emit: Listener = listener or (lambda event: None)
+        self._listener: Listener = listener or (lambda event: None)
+        self.state, self.state_detail = "starting", ""
+        self.last_record: dict | None = None
+        self.suspended_for: str | None = None  # why a guest rule (battery, hours, idle, disk) holds the node
+        self._control = None
+        self._guest_stop = threading.Event()
+        self._guest_thread: threading.Thread | None = None
         self.hardware = hardware or detect()
         self.stop_now = threading.Event()  # abandon the round in flight
         self.stop_after_round = threading.Event()  # finish the round in flight, then stop
@@ -130,6 +145,36 @@ class Node:
         self.inbox = Inbox(GroupPool())
         self.swarm: Swarm | None = None
         self._alone_notice: bool | None = None
+
+    def emit(self, event) -> None:
+        """Tell the viewers, and keep what `status()` and the log file need."""
+        if isinstance(event, StateChanged):
+            self.state, self.state_detail = event.state, event.detail
+        elif isinstance(event, RoundFinished):
+            self.last_record = event.metrics
+            rounds_log.info(format_round(event.metrics))
+        elif isinstance(event, Notice):
+            rounds_log.log(logging.ERROR if event.level == "error" else logging.WARNING if event.level == "warning"
+                           else logging.INFO, event.text)
+        self._listener(event)
+
+    def status(self) -> dict:
+        """For `swarmling status`: plain data, safe to read from any thread."""
+        m = self.last_record or {}
+        backend = self.backend
+        return {
+            "state": self.state,
+            "detail": self.state_detail,
+            "round": self.round,
+            "phase": self._phase if self.state == "running" else "",
+            "suspended_for": self.suspended_for,
+            "pid": os.getpid(),
+            "model": self.model.name if hasattr(self, "model") else None,
+            "backend": backend.info().name if backend is not None else None,
+            "peers": m.get("peers"),
+            "last_round": {k: m.get(k) for k in ("round", "reward_mean", "solved", "questions", "wall_seconds",
+                                                  "tokens_per_s")} if m else None,
+        }
 
     def _take_lock(self) -> None:
         """One node per state dir: two writers would interleave checkpoints and metrics."""
@@ -155,10 +200,21 @@ class Node:
     def start(self) -> None:
         self._take_lock()
         cfg = self.config
+        if cfg.resources.nice:
+            with contextlib.suppress(OSError):
+                os.nice(cfg.resources.nice)  # the owner's programs come first
         self.preset = load_preset(cfg.round.preset)
-        self.resolved = resolve(cfg, self.hardware, self.preset)
         choice = choose_backend(self.hardware, cfg.backend.kind)
         model = resolve_model(cfg.model.name, self.paths.cache_dir)
+        try:
+            self.resolved = resolve(cfg, self.hardware, self.preset, _model_scale(model))
+        except ResourceError as exc:
+            raise NodeError(str(exc)) from None
+        if cfg.resources.max_memory_gb is not None and cfg.train.microbatch_tokens is None:
+            self.emit(Notice("info", f"memory ceiling {cfg.resources.max_memory_gb:g} GB: training microbatch "
+                                     f"{self.resolved.microbatch_tokens} tokens (estimated peak "
+                                     f"{estimate_peak_bytes(self.resolved.microbatch_tokens, _model_scale(model)) / 1e9:.1f} GB)"))
+        self._choice = choice
         checkpoint = latest_checkpoint(self.paths.checkpoints)
         if checkpoint is not None:
             saved_model = checkpoint.state.get("model")
@@ -209,6 +265,72 @@ class Node:
             )
         )
         self._emit_swarm()
+        self._start_control()
+        self._start_guest()
+
+    # ---- the control socket and the guest rules ------------------------------------------------
+    def _start_control(self) -> None:
+        server = ControlServer(self, self.paths.state_dir)
+        try:
+            server.start()
+        except (ControlError, OSError) as exc:  # the node still runs; only `swarmling pause` etc. cannot reach it
+            self.emit(Notice("warning", f"no control socket ({exc}); `swarmling status/pause/resume` will not work"))
+            return
+        self._control = server
+
+    def _start_guest(self) -> None:
+        r = self.config.resources
+        self._policy = GuestPolicy(GuestSettings(
+            pause_on_battery=r.pause_on_battery, resume_after_plugged_s=r.resume_after_plugged_s,
+            only_when_idle=r.only_when_idle, idle_after_s=r.idle_after_s, windows=r.windows,
+            min_free_disk_bytes=r.min_free_disk_mb * 2**20,
+        ))
+        readings = read_os(self.paths.state_dir)
+        if r.only_when_idle and readings.idle_seconds is None:
+            self.emit(Notice("warning", "resources.only_when_idle is on, but this system does not say how long it has "
+                                        "been idle (macOS, or X11 with xprintidle, do): the rule is not applied"))
+        self.check_guest(readings)  # before the first round, not 15 s into it
+
+        def loop() -> None:
+            while not self._guest_stop.wait(r.check_every_s):
+                try:
+                    self.check_guest(read_os(self.paths.state_dir))
+                except Exception as exc:  # noqa: BLE001 — a sensor hiccup must not stop the node
+                    rounds_log.warning("could not read the machine's state: %s", exc)
+
+        self._guest_thread = threading.Thread(target=loop, name="swarmling-guest", daemon=True)
+        self._guest_thread.start()
+
+    def check_guest(self, readings) -> None:
+        """Suspend or resume by the guest rules (any thread; readings injected in tests)."""
+        reason = self._policy.decide(readings)
+        if reason and reason != self.suspended_for:
+            first = self.suspended_for is None
+            self.suspended_for = reason
+            if first:
+                what = "the round in flight finishes first" if self.config.resources.on_suspend == "finish" else ""
+                self.emit(Notice("info", f"suspended: {reason}" + (f" ({what})" if what else "")))
+            self.emit(StateChanged("suspended", reason))
+        elif reason is None and self.suspended_for is not None:
+            self.suspended_for = None
+            self.emit(Notice("info", "resuming: nothing holds the node back any more"))
+            self._wake.set()
+
+    def _release_backend(self) -> None:
+        """A long suspension: give the model's memory back to the machine's owner."""
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+            import gc
+
+            gc.collect()
+            self.emit(Notice("info", "released the model's memory while suspended; it reloads on resume"))
+
+    def _reload_backend(self) -> None:
+        self.backend = build_backend(self._choice.name, self.config, self.paths, self.resolved, self.model, self.seed % 2**31)
+        checkpoint = latest_checkpoint(self.paths.checkpoints)
+        if checkpoint is not None:
+            self.backend.load_state(checkpoint.path)
 
     def _start_swarm(self) -> Swarm:
         from .swarm.host import SwarmError
@@ -306,15 +428,35 @@ class Node:
         return restart
 
     # ---- the loop ----------------------------------------------------------------------------
+    def _held(self) -> bool:
+        return self.paused or self.suspended_for is not None
+
     def _wait_while_paused(self) -> None:
-        if not self.paused:
+        if not self._held():
             return
-        self.emit(StateChanged("paused"))
-        while self.paused and not (self.stop_now.is_set() or self.stop_after_round.is_set()):
+        if self.paused:
+            self.emit(StateChanged("paused"))
+        else:
+            self.emit(StateChanged("suspended", self.suspended_for or ""))
+        held_since = time.monotonic()
+        release_after = self.config.resources.release_memory_after_s
+        while self._held() and not (self.stop_now.is_set() or self.stop_after_round.is_set()):
             self._wake.wait(0.5)
             self._wake.clear()
-        if not (self.stop_now.is_set() or self.stop_after_round.is_set()):
-            self.emit(StateChanged("running"))
+            if (self.suspended_for is not None and release_after and self.backend is not None
+                    and time.monotonic() - held_since >= release_after):
+                self._release_backend()
+        if self.stop_now.is_set() or self.stop_after_round.is_set():
+            return
+        if self.backend is None:
+            self.emit(StateChanged("starting", "reloading the model"))
+            self._reload_backend()
+        self.emit(StateChanged("running"))
+
+    def _round_should_stop(self) -> bool:
+        if self.stop_now.is_set() or self.pause_now.is_set():
+            return True
+        return self.suspended_for is not None and self.config.resources.on_suspend == "abandon"
 
     def _on_phase(self, round_no: int, phase: str) -> None:
         self._phase = phase
@@ -339,7 +481,8 @@ class Node:
         if self.backend is None:
             self.start()
         done = 0
-        self.emit(StateChanged("running"))
+        if not self._held():
+            self.emit(StateChanged("running"))
         while rounds is None or done < rounds:
             self._wait_while_paused()
             if self.stop_now.is_set() or self.stop_after_round.is_set():
@@ -348,7 +491,7 @@ class Node:
             started = time.time()
             if self.swarm is not None:
                 # Fetches run on the network thread while this round generates.
-                self.swarm.plan_fetches(self.rng_network)
+                self.swarm.plan_fetches(self.rng_network, self._inbound_budget())
             intakes = []
 
             def take_external():
@@ -371,7 +514,7 @@ class Node:
                     self.round_settings(),
                     self.rng,
                     external=take_external,
-                    should_stop=lambda: self.stop_now.is_set() or self.pause_now.is_set(),
+                    should_stop=self._round_should_stop,
                     on_phase=lambda phase: self._on_phase(round_no, phase),
                     share=self._share(round_no) if self.swarm is not None else None,
                     on_progress=self._progress(round_no),
@@ -380,7 +523,8 @@ class Node:
                 if self.stop_now.is_set():
                     self.emit(Notice("info", f"round {round_no} abandoned; the node resumes after round {self.round}"))
                     break
-                self.emit(Notice("info", f"round {round_no} dropped to pause; it starts over on resume"))
+                why = "pause" if self.pause_now.is_set() else f"suspend ({self.suspended_for})"
+                self.emit(Notice("info", f"round {round_no} dropped to {why}; it starts over on resume"))
                 continue
             self.inbox.pool.mark_used(outcome.used_external)
             record = outcome.metrics | {
@@ -409,6 +553,14 @@ class Node:
             self._emit_swarm()
             done += 1
         return done
+
+    def _inbound_budget(self) -> int | None:
+        """resources.bandwidth_kib_s over the last round's length, if that is below the per-round cap."""
+        cap = self.config.resources.bandwidth_kib_s
+        if cap is None:
+            return None
+        seconds = (self.last_record or {}).get("wall_seconds") or 30.0
+        return min(self.config.swarm.inbound_kib_per_round, int(cap * seconds)) * 1024
 
     def _emit_swarm(self) -> None:
         if self.swarm is None:
@@ -463,6 +615,10 @@ class Node:
             raise NodeError(f"could not save the checkpoint of round {round_no}: {exc}") from exc
 
     def close(self) -> None:
+        self._guest_stop.set()
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
         if self.swarm is not None:
             self.swarm.stop()
             self.swarm = None
@@ -491,3 +647,11 @@ def _group_views(round_no: int, outcome, prefill: str) -> tuple[GroupView, ...]:
         )
         for g in groups
     )
+
+
+def _model_scale(model: ResolvedModel) -> float:
+    """Model size relative to the shipped 135M one, for memory estimates."""
+    if model.gguf is not None:
+        return max(1.0, model.gguf.stat().st_size / 98e6)  # the shipped Q4_1 file is 98 MB
+    stored = sum(f.stat().st_size for f in model.hf_dir.glob("*.safetensors")) if model.hf_dir else 0
+    return max(1.0, stored / 540e6)  # 135M parameters in fp32

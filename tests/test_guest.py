@@ -59,3 +59,53 @@ def test_several_windows_and_bad_ones():
 def test_reading_this_machine_does_not_fail():
     r = read_os()
     assert r.on_battery in (None, True, False) and (r.idle_seconds is None or r.idle_seconds >= 0)
+
+
+# ---- the rules on a real node (shipped model, real rounds), readings injected ------------------
+
+def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
+    import threading
+    import time
+
+    from swarmling.app.config import load_config
+    from swarmling.app.node import Node
+    from swarmling.app.paths import resolve_paths
+
+    cli = [("round.questions", 2), ("round.completions", 2), ("round.max_new_tokens", 6), ("run.seed", 1),
+           ("resources.resume_after_plugged_s", 2), ("resources.check_every_s", 3600), ("resources.nice", 0)]
+    node = Node(load_config(None, cli=cli), resolve_paths(tmp_path))
+    node.start()
+    runner = threading.Thread(target=node.run, daemon=True)
+    try:
+        node.check_guest(Readings(now=datetime.now(), on_battery=True))  # unplugged before the first round
+        runner.start()
+        time.sleep(3)
+        assert node.state == "suspended" and node.suspended_for == "on battery" and node.round == 0
+        node.check_guest(Readings(now=datetime.now(), on_battery=False))
+        assert node.suspended_for.startswith("on mains again")  # hysteresis: not yet
+        time.sleep(2.1)
+        node.check_guest(Readings(now=datetime.now(), on_battery=False))
+        assert node.suspended_for is None
+        deadline = time.monotonic() + 300
+        while node.round < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert node.round >= 1 and node.status()["last_round"]["round"] >= 1
+        # disk nearly full: suspended with what to do, whatever the battery says
+        node.check_guest(Readings(now=datetime.now(), on_battery=False, free_disk_bytes=10 * 2**20))
+        assert "free some space" in node.suspended_for
+    finally:
+        node.request_stop()
+        runner.join(120)
+        node.close()
+
+
+def test_a_memory_ceiling_too_small_is_refused_clearly(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "run", "--headless",
+                          "--rounds", "1", "--set", "resources.max_memory_gb=0.5"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "max_memory_gb" in out.stderr and "Traceback" not in out.stderr
+    from swarmling.app.defaults import estimate_peak_bytes, fit_microbatch
+
+    assert fit_microbatch(2048, 3e9) == 512 and estimate_peak_bytes(512) <= 3e9 < estimate_peak_bytes(1024)

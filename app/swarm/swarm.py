@@ -114,9 +114,10 @@ class Swarm:
         return list(self.host.listen_addrs)
 
     # ---- per round ---------------------------------------------------------------------------
-    def plan_fetches(self, rng: np.random.Generator) -> int:
+    def plan_fetches(self, rng: np.random.Generator, budget_bytes: int | None = None) -> int:
+        budget = self.settings.inbound_budget_bytes if budget_bytes is None else min(budget_bytes, self.settings.inbound_budget_bytes)
         chosen = self.board.choose(
-            self.settings.inbound_budget_bytes, rng, avoid=lambda peer: self._strikes.get(peer, 0) >= STRIKES_TO_IGNORE
+            budget, rng, avoid=lambda peer: self._strikes.get(peer, 0) >= STRIKES_TO_IGNORE
         )
         for heard in chosen:
             ann = heard.announcement

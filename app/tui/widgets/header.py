@@ -13,6 +13,7 @@ STATE_STYLES = {
     "pausing": "bold yellow",
     "paused": "bold yellow",
     "finishing": "bold cyan",
+    "suspended": "bold magenta",
     "stopping": "bold yellow",
     "stopped": "bold",
     "failed": "bold red",
