@@ -280,11 +280,7 @@ class Node:
 
     def _start_guest(self) -> None:
         r = self.config.resources
-        self._policy = GuestPolicy(GuestSettings(
-            pause_on_battery=r.pause_on_battery, resume_after_plugged_s=r.resume_after_plugged_s,
-            only_when_idle=r.only_when_idle, idle_after_s=r.idle_after_s, windows=r.windows,
-            min_free_disk_bytes=r.min_free_disk_mb * 2**20,
-        ))
+        self._policy = GuestPolicy(self._guest_settings())
         readings = read_os(self.paths.state_dir)
         if r.only_when_idle and readings.idle_seconds is None:
             self.emit(Notice("warning", "resources.only_when_idle is on, but this system does not say how long it has "
@@ -300,6 +296,14 @@ class Node:
 
         self._guest_thread = threading.Thread(target=loop, name="swarmling-guest", daemon=True)
         self._guest_thread.start()
+
+    def _guest_settings(self) -> GuestSettings:
+        r = self.config.resources
+        return GuestSettings(
+            pause_on_battery=r.pause_on_battery, resume_after_plugged_s=r.resume_after_plugged_s,
+            only_when_idle=r.only_when_idle, idle_after_s=r.idle_after_s, windows=r.windows,
+            min_free_disk_bytes=r.min_free_disk_mb * 2**20,
+        )
 
     def check_guest(self, readings) -> None:
         """Suspend or resume by the guest rules (any thread; readings injected in tests)."""
@@ -413,7 +417,10 @@ class Node:
         """Take a changed config from the settings screen. The round mix applies from the next
         round; returns the changed keys that need a restart (backend, model, preset, swarm)."""
         live = {"round.questions", "round.external_groups", "round.local_groups", "round.max_groups_per_peer",
-                "round.completions", "round.max_new_tokens", "round.temperature", "run.on_stop"}
+                "round.completions", "round.max_new_tokens", "round.temperature", "run.on_stop",
+                "resources.pause_on_battery", "resources.resume_after_plugged_s", "resources.only_when_idle",
+                "resources.idle_after_s", "resources.windows", "resources.on_suspend", "resources.min_free_disk_mb",
+                "resources.release_memory_after_s", "resources.bandwidth_kib_s"}
         old, new = self.config.model_dump(), config.model_dump()
         changed = [f"{s}.{k}" for s in new for k in new[s] if new[s][k] != old[s][k]]
         if self.backend is None:  # not started yet: start() reads the new config
@@ -425,6 +432,8 @@ class Node:
         self.resolved = type(resolved)(**(asdict(resolved) | {"threads": self.resolved.threads,
                                                                "microbatch_tokens": self.resolved.microbatch_tokens}))
         self.config = config
+        if hasattr(self, "_policy"):  # the guest rules take the new settings at the next check
+            self._policy = GuestPolicy(self._guest_settings())
         return restart
 
     # ---- the loop ----------------------------------------------------------------------------

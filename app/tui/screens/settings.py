@@ -33,6 +33,31 @@ def _whole(text: str, what: str, *, blank_ok: bool) -> int | None:
         raise SettingsError(f"{what}: {text!r} is not a whole number") from None
 
 
+def _gigabytes(text: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"memory ceiling: {text!r} is not a number of GB") from None
+    if value <= 0:
+        raise SettingsError("memory ceiling: give a positive number of GB, or leave it empty for automatic")
+    return value
+
+
+def _windows(text: str) -> list[str]:
+    from ...guest import parse_window
+
+    windows = [w.strip() for w in text.split(",") if w.strip()]
+    for window in windows:
+        try:
+            parse_window(window)
+        except ValueError as exc:
+            raise SettingsError(f"run only between: {exc}") from None
+    return windows
+
+
 def changes_from_form(values: dict[str, str], resolved_questions: int) -> dict[str, object]:
     """The form's text fields → config changes (None: back to auto). Pure, so it is unit-tested."""
     questions = _whole(values["questions"], "questions per round (Q)", blank_ok=True)
@@ -48,6 +73,9 @@ def changes_from_form(values: dict[str, str], resolved_questions: int) -> dict[s
         "round.preset": values["preset"],
         "backend.threads": threads,
         "run.on_stop": values["on_stop"],
+        "resources.max_memory_gb": _gigabytes(values.get("max_memory_gb", "")),
+        "resources.pause_on_battery": values.get("pause_on_battery", "yes") == "yes",
+        "resources.windows": _windows(values.get("windows", "")),
     }
 
 
@@ -76,12 +104,21 @@ class SettingsScreen(ModalScreen[str | None]):
                 yield Select([(name, name) for name in preset_names()], value=c.round.preset,
                              allow_blank=False, id="preset", compact=True)
                 yield Label("CPU threads")
-                yield Input(str(c.backend.threads or ""), placeholder="auto (all physical cores)",
+                yield Input(str(c.backend.threads or ""), placeholder="auto (all cores but one)",
                             id="threads", type="integer", compact=True)
                 yield Label("On quit")
                 yield Select([("drop the round in flight", "abandon"), ("finish it first", "finish")],
                              value=c.run.on_stop, allow_blank=False, id="on_stop", compact=True)
-            yield Static("Q and J apply from the next round; preset and threads at the next start.",
+                yield Label("Memory ceiling (GB)")
+                yield Input(f"{c.resources.max_memory_gb:g}" if c.resources.max_memory_gb else "",
+                            placeholder="auto (from the machine's memory)", id="max_memory_gb", compact=True)
+                yield Label("Pause on battery")
+                yield Select([("yes", "yes"), ("no", "no")], value="yes" if c.resources.pause_on_battery else "no",
+                             allow_blank=False, id="pause_on_battery", compact=True)
+                yield Label("Run only between")
+                yield Input(", ".join(c.resources.windows), placeholder="always (or e.g. 22:00-07:00)",
+                            id="windows", compact=True)
+            yield Static("Q, J, battery and hours apply from the next round; preset, threads and memory at the next start.",
                          id="settings-hint")
             yield Static("", id="settings-error")
             with Horizontal(id="settings-buttons"):
@@ -95,6 +132,9 @@ class SettingsScreen(ModalScreen[str | None]):
             "threads": self.query_one("#threads", Input).value,
             "preset": str(self.query_one("#preset", Select).value),
             "on_stop": str(self.query_one("#on_stop", Select).value),
+            "max_memory_gb": self.query_one("#max_memory_gb", Input).value,
+            "pause_on_battery": str(self.query_one("#pause_on_battery", Select).value),
+            "windows": self.query_one("#windows", Input).value,
         }
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
