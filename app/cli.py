@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="shipped model name, path to a .gguf file, or (CUDA) a Hugging Face folder / cached id")
     p.add_argument("--preset", help="task preset (starter, sapo9)")
-    p.add_argument("--threads", type=_positive, help="CPU threads")
+    p.add_argument("--threads", type=_positive, help="CPU threads (default: all cores but one)")
+    p.add_argument("--max-memory", type=float, metavar="GB", help="memory ceiling in GB (resources.max_memory_gb)")
     p.add_argument("--peer", dest="peers", action="append", default=[], metavar="MULTIADDR",
                    help="a peer to stay connected to, /ip4/…/tcp/…/p2p/<peer id> (repeatable)")
     p.add_argument("--port", type=int, help="swarm listen port (0: any free port)")
@@ -110,6 +111,7 @@ def _cli_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
     pairs = list(getattr(args, "assignments", []) or [])
     for flag, key in (
         ("model", "model.name"), ("preset", "round.preset"), ("threads", "backend.threads"),
+        ("max_memory", "resources.max_memory_gb"),
         ("port", "swarm.port"), ("swarm", "swarm.name"),
     ):
         value = getattr(args, flag, None)

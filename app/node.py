@@ -403,9 +403,12 @@ class Node:
 
     def resume(self) -> None:
         was_finishing = self.pause_after_round.is_set() and not self.pause_now.is_set()
+        was_paused = self.state in ("paused", "pausing")
         self.pause_now.clear()
         self.pause_after_round.clear()
         self._wake.set()
+        if was_paused and self.suspended_for is None:  # say so at once; the loop wakes within 0.5 s
+            self.emit(StateChanged("running"))
         if was_finishing:  # the round in flight goes on; nothing waited yet
             self.emit(StateChanged("running"))
 

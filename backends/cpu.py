@@ -78,7 +78,7 @@ class CpuBackend(Backend):
     def info(self) -> BackendInfo:
         return BackendInfo(
             name="cpu",
-            device=f"CPU, {self.settings.threads} threads",
+            device=f"CPU, {self.settings.threads} thread{'s' if self.settings.threads != 1 else ''}",
             model=self.settings.model_name,
             memory_bytes=psutil.Process().memory_info().rss,
             generator=f"llama.cpp ({self.generator.architecture}, {self.generator.model_bytes / 1e6:.0f} MB GGUF)",

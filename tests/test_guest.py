@@ -72,8 +72,10 @@ def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
     from swarmling.app.paths import resolve_paths
 
     cli = [("round.questions", 2), ("round.completions", 2), ("round.max_new_tokens", 6), ("run.seed", 1),
-           ("resources.resume_after_plugged_s", 2), ("resources.check_every_s", 3600), ("resources.nice", 0)]
-    node = Node(load_config(None, cli=cli), resolve_paths(tmp_path))
+           ("resources.resume_after_plugged_s", 2), ("resources.check_every_s", 3600), ("resources.nice", 0),
+           ("resources.release_memory_after_s", 1)]
+    events = []
+    node = Node(load_config(None, cli=cli), resolve_paths(tmp_path), listener=events.append)
     node.start()
     runner = threading.Thread(target=node.run, daemon=True)
     try:
@@ -90,6 +92,10 @@ def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
         while node.round < 1 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert node.round >= 1 and node.status()["last_round"]["round"] >= 1
+        # suspended longer than release_memory_after_s: the model was freed, then reloaded to resume
+        texts = [e.text for e in events if hasattr(e, "text")]
+        assert any("released the model's memory" in t for t in texts)
+        assert node.backend is not None
         # disk nearly full: suspended with what to do, whatever the battery says
         node.check_guest(Readings(now=datetime.now(), on_battery=False, free_disk_bytes=10 * 2**20))
         assert "free some space" in node.suspended_for
