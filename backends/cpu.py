@@ -21,22 +21,19 @@ import psutil
 import torch
 
 from .base import (
-    Backend,
     BackendInfo,
     ChatPrompt,
     GenerationResult,
     ProgressCallback,
     SamplingParams,
     StopCheck,
-    TrainSample,
-    TrainStats,
 )
 from .chat_template import render
 from .gguf_lora import ModelShape, write_gguf_lora
 from .hf_from_gguf import converted_folder
 from .llama_cpp_generator import LlamaCppGenerator
 from .torch_grpo import GrpoSettings
-from .torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer
+from .torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer, TorchTrainedBackend
 
 LIVE_ADAPTER = "live-adapter.gguf"
 
@@ -56,7 +53,7 @@ class CpuSettings:
     chat_template: str | None = None  # overrides the GGUF's template when given
 
 
-class CpuBackend(Backend):
+class CpuBackend(TorchTrainedBackend):
     def __init__(self, settings: CpuSettings) -> None:
         self.settings = settings
         torch.set_num_threads(settings.threads)
@@ -106,11 +103,6 @@ class CpuBackend(Backend):
         ids = [self.encode_prompt(p) for p in prompts]
         return self.generator.generate(ids, n, params, should_stop, on_progress)
 
-    def train_step(
-        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
-    ) -> TrainStats:
-        return self.trainer.train_step(samples, should_stop, on_progress)
-
     def hand_off(self) -> float:
         start = time.perf_counter()
         state = {k: v.numpy() for k, v in self.trainer.lora_state().items()}
@@ -118,22 +110,6 @@ class CpuBackend(Backend):
         write_gguf_lora(state, self.shape, self.settings.lora.alpha, path)
         self.generator.set_adapter(path)
         return time.perf_counter() - start
-
-    def save_adapter(self, directory: Path) -> None:
-        self.trainer.save_adapter(directory)
-
-    def load_adapter(self, directory: Path) -> None:
-        self.trainer.load_adapter(directory)
-        self.hand_off()
-
-    def save_state(self, directory: Path) -> None:
-        self.trainer.save_adapter(directory)
-        self.trainer.save_optimizer(directory)
-
-    def load_state(self, directory: Path) -> None:
-        self.trainer.load_adapter(directory)
-        self.trainer.load_optimizer(directory)
-        self.hand_off()
 
     def close(self) -> None:
         self.generator.close()

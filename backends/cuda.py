@@ -20,20 +20,17 @@ from pathlib import Path
 import torch
 
 from .base import (
-    Backend,
     BackendInfo,
     ChatPrompt,
     GenerationResult,
     ProgressCallback,
     SamplingParams,
     StopCheck,
-    TrainSample,
-    TrainStats,
 )
 from .chat_template import render
 from .torch_generator import TorchGenerator
 from .torch_grpo import GrpoSettings
-from .torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer
+from .torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer, TorchTrainedBackend
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +98,7 @@ def check_model_fits(model_dir: Path, device: str, dtype: torch.dtype, full: boo
         )
 
 
-class CudaBackend(Backend):
+class CudaBackend(TorchTrainedBackend):
     def __init__(self, settings: CudaSettings) -> None:
         from transformers import AutoTokenizer
 
@@ -157,31 +154,12 @@ class CudaBackend(Backend):
         check_fits(self.trainer.config, len(ids) * n, longest, self.settings.device, self.dtype)
         return self.generator.generate(ids, n, params, should_stop, on_progress)
 
-    def train_step(
-        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
-    ) -> TrainStats:
-        return self.trainer.train_step(samples, should_stop, on_progress)
-
     def hand_off(self) -> float:
         # The sampler is the trainer's model: the new adapter is live already.
         start = time.perf_counter()
         if self.settings.device.startswith("cuda"):
             torch.cuda.synchronize()
         return time.perf_counter() - start
-
-    def save_adapter(self, directory: Path) -> None:
-        self.trainer.save_adapter(directory)
-
-    def load_adapter(self, directory: Path) -> None:
-        self.trainer.load_adapter(directory)
-
-    def save_state(self, directory: Path) -> None:
-        self.trainer.save_adapter(directory)
-        self.trainer.save_optimizer(directory)
-
-    def load_state(self, directory: Path) -> None:
-        self.trainer.load_adapter(directory)
-        self.trainer.load_optimizer(directory)
 
     def close(self) -> None:
         if self.settings.device.startswith("cuda"):

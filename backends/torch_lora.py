@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .base import Abandoned, ProgressCallback, StopCheck, TrainSample, TrainStats
+from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainSample, TrainStats
 from .torch_grpo import GrpoSettings, grpo_token_objective, sequence_importance_weight, truncated_importance_weight
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
@@ -366,3 +366,32 @@ class TorchLoraTrainer:
 
 def _max_len(samples: Sequence[TrainSample], indices: list[int]) -> int:
     return max(len(samples[i].prompt_ids) + len(samples[i].completion_ids) for i in indices)
+
+
+class TorchTrainedBackend(Backend):
+    """What every backend that trains with the shared `TorchLoraTrainer` does the same way: the
+    update and the checkpoint's adapter + optimizer. Loading ends with `hand_off()`, so the sampler
+    serves the restored policy whatever it is (a llama.cpp adapter, or the trainer's own model)."""
+
+    trainer: TorchLoraTrainer
+
+    def train_step(
+        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
+    ) -> TrainStats:
+        return self.trainer.train_step(samples, should_stop, on_progress)
+
+    def save_adapter(self, directory: Path) -> None:
+        self.trainer.save_adapter(directory)
+
+    def load_adapter(self, directory: Path) -> None:
+        self.trainer.load_adapter(directory)
+        self.hand_off()
+
+    def save_state(self, directory: Path) -> None:
+        self.trainer.save_adapter(directory)
+        self.trainer.save_optimizer(directory)
+
+    def load_state(self, directory: Path) -> None:
+        self.trainer.load_adapter(directory)
+        self.trainer.load_optimizer(directory)
+        self.hand_off()
