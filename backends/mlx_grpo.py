@@ -1,0 +1,41 @@
+"""The GRPO objective in MLX: the twin of `torch_grpo.py` (same formula, same conventions; see
+there for the derivation). A test runs both on the same tokens and compares loss and gradient."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .torch_grpo import GrpoSettings
+
+
+def grpo_token_objective(
+    logp: mx.array,
+    old_logp: mx.array,
+    advantages: mx.array,
+    settings: GrpoSettings,
+    importance_weight: mx.array | None = None,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """Per-token clipped objective (to maximise); returns (objective, ratio, clipped_mask)."""
+    ratio = mx.exp(logp - old_logp)
+    clipped_ratio = mx.clip(ratio, 1.0 - settings.clip_low, 1.0 + settings.clip_high)
+    unclipped = ratio * advantages
+    clipped = clipped_ratio * advantages
+    objective = mx.minimum(unclipped, clipped)
+    if importance_weight is not None:
+        objective = objective * mx.stop_gradient(importance_weight)
+    return objective, mx.stop_gradient(ratio), mx.stop_gradient(clipped < unclipped)
+
+
+def truncated_importance_weight(old_logp: mx.array, sampler_logp: mx.array, cap: float) -> mx.array:
+    return mx.minimum(mx.exp(mx.stop_gradient(old_logp) - sampler_logp), cap)
+
+
+def sequence_importance_weight(old_logp_sum: mx.array, sender_logp_sum: mx.array, cap: float) -> mx.array:
+    return mx.minimum(mx.exp(mx.minimum(mx.stop_gradient(old_logp_sum) - sender_logp_sum, 50.0)), cap)
+
+
+def grpo_loss(logp: mx.array, old_logp: mx.array, advantages: mx.array, settings: GrpoSettings,
+              importance_weight: mx.array | None = None) -> mx.array:
+    """- sum of the token objectives / number of tokens (DAPO's token-level mean)."""
+    objective, _, _ = grpo_token_objective(logp, old_logp, advantages, settings, importance_weight)
+    return -objective.sum() / logp.size
