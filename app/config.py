@@ -34,7 +34,7 @@ class ModelSection(_Section):
 
 
 class BackendSection(_Section):
-    kind: Literal["auto", "cpu", "cuda"] = "auto"
+    kind: Literal["auto", "cpu", "cuda", "mlx"] = "auto"
     threads: int | None = Field(default=None, ge=1, le=1024)
 
 

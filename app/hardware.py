@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import psutil
 
 # Backends this release implements; detection may find hardware for others.
-AVAILABLE_BACKENDS = ("cpu", "cuda")
+AVAILABLE_BACKENDS = ("cpu", "cuda", "mlx")
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,17 @@ def choose_backend(hw: Hardware, requested: str = "auto") -> BackendChoice:
             "cuda",
             f"found CUDA device {hw.cuda_devices[0]}: torch samples and trains LoRA on it (bf16, one copy of the weights)",
         )
+    if hw.apple_silicon and hw.mlx_importable:
+        return BackendChoice(
+            "mlx",
+            f"Apple Silicon with MLX: mlx-lm samples and trains LoRA on the GPU, one copy of the weights in "
+            f"{hw.memory_total / 2**30:.0f} GB of unified memory",
+        )
     if hw.apple_silicon:
         return BackendChoice(
             "cpu",
-            "Apple Silicon: the MLX backend is not in this release yet; using llama.cpp + torch on the CPU",
+            "Apple Silicon, but MLX is not installed (pipx inject swarmling 'mlx' 'mlx-lm', or install "
+            "swarmling[mlx]); using llama.cpp + torch on the CPU meanwhile",
         )
     return BackendChoice(
         "cpu",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import psutil
 
 from ..backends.base import Abandoned, Backend
 from . import metrics as metrics_log
@@ -89,6 +90,20 @@ def build_backend(name: str, config: Config, paths: Paths, resolved: Resolved, m
                                             full=t.mode == "full"))
         except BackendMemoryError as exc:
             raise NodeError(str(exc)) from None
+    if name == "mlx":
+        if t.mode == "full":
+            raise NodeError("train.mode = 'full' is for the CUDA backend; the MLX backend trains a LoRA adapter")
+        try:
+            from ..backends.mlx import MlxBackend, MlxSettings
+        except ImportError:
+            raise NodeError(
+                "backend.kind = 'mlx', but MLX is not installed: pip install 'swarmling[mlx]' (on Linux it runs on "
+                "the CPU, slowly)"
+            ) from None
+        from ..backends.hf_from_gguf import converted_folder
+
+        folder = model.hf_dir or converted_folder(model.gguf, paths.cache_dir)
+        return MlxBackend(MlxSettings(folder, model.name, config.round.temperature, lora, optim, grpo, seed))
     if name != "cpu":
         raise NodeError(f"backend {name!r} is not available in this release")
     if t.mode == "full":
@@ -546,6 +561,9 @@ class Node:
                 "model": self.model.name,
                 "preset": self.preset.name,
                 "backend": self.backend.info().name,
+                # Resident memory after the round: a leak shows as a trend over hours (rl-swarm's
+                # Mac users saw 87 GB after 18 h), so every record carries it.
+                "rss_bytes": psutil.Process().memory_info().rss,
             }
             if self.swarm is not None:
                 admitted: dict[str, int] = {}

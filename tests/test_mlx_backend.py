@@ -74,3 +74,29 @@ def test_a_lora_step_and_the_adapter_moves_to_torch_and_back(mlx_backend, tmp_pa
     mlx_backend.load_state(tmp_path)
     restored = mlx_backend.token_logprobs(samples)
     assert max(abs(a - b) for r0, r1 in zip(after, restored) for a, b in zip(r0, r1)) < 1e-5
+
+
+def test_apple_silicon_picks_mlx_and_says_why():
+    from swarmling.app.hardware import Hardware, choose_backend
+
+    mac = dict(system="Darwin 24", machine="arm64", cpu="Apple M2", physical_cores=8, logical_cores=8,
+               memory_total=16 * 2**30, memory_available=8 * 2**30, apple_silicon=True)
+    chosen = choose_backend(Hardware(**mac, mlx_importable=True))
+    assert chosen.name == "mlx" and "unified memory" in chosen.reason
+    fallback = choose_backend(Hardware(**mac, mlx_importable=False))
+    assert fallback.name == "cpu" and "swarmling[mlx]" in fallback.reason
+
+
+def test_a_node_runs_rounds_on_mlx_and_resumes(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "run", "--headless", "--rounds", "1",
+            "--set", "backend.kind=\"mlx\"", "--set", "round.questions=1", "--set", "round.completions=2",
+            "--set", "round.max_new_tokens=4", "--set", "run.seed=2"]
+    for _ in range(2):  # the second run resumes from the first one's checkpoint
+        out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+    records = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2] and {r["backend"] for r in records} == {"mlx"}
