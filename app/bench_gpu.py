@@ -27,8 +27,9 @@ import torch
 
 from ..backends.base import SamplingParams, TrainSample
 from ..backends.torch_generator import TorchGenerator
-from ..backends.torch_grpo import GrpoSettings
-from ..backends.torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer
+from ..backends.settings import GrpoSettings, LoraSettings, OptimSettings
+from ..backends.torch_lora import TorchLoraTrainer
+from .config import Config
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,10 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-gpu-") as tmp:
         AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
-        trainer = TorchLoraTrainer(Path(tmp), LoraSettings(), OptimSettings(microbatch_tokens=8 * (shape.prompt_tokens + shape.new_tokens)),
-                                   GrpoSettings(), 1.0, device=device, dtype=dtype)
+        train = Config().train  # the defaults a node trains with
+        microbatch = 8 * (shape.prompt_tokens + shape.new_tokens)
+        trainer = TorchLoraTrainer(Path(tmp), LoraSettings.from_config(train), OptimSettings.from_config(train, microbatch),
+                                   GrpoSettings.from_config(train), 1.0, device=device, dtype=dtype)
     on_gpu = device.startswith("cuda")
     generator = TorchGenerator(trainer.model, _Ids(), set(), trainer._softcap, compile_step=on_gpu)
     prompts = torch.randint(10, config.vocab_size, (shape.questions, shape.prompt_tokens)).tolist()

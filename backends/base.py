@@ -164,5 +164,10 @@ class Backend(abc.ABC):
         """Release native resources."""
 
 
+class BackendUnavailable(RuntimeError):
+    """This machine or this configuration cannot have the backend asked for; the message says
+    what to change."""
+
+
 class Abandoned(Exception):
     """The work in flight was abandoned on request (shutdown); nothing was changed."""

@@ -32,8 +32,8 @@ from .chat_template import render
 from .gguf_lora import ModelShape, write_gguf_lora
 from .hf_from_gguf import converted_folder
 from .llama_cpp_generator import LlamaCppGenerator
-from .torch_grpo import GrpoSettings
-from .torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer, TorchTrainedBackend
+from .settings import GrpoSettings, LoraSettings, OptimSettings
+from .torch_lora import TorchLoraTrainer, TorchTrainedBackend
 
 LIVE_ADAPTER = "live-adapter.gguf"
 
@@ -46,9 +46,9 @@ class CpuSettings:
     cache_dir: Path  # converted torch model, shared between nodes
     runtime_dir: Path  # this node's live adapter file
     temperature: float
-    lora: LoraSettings = LoraSettings()
-    optim: OptimSettings = OptimSettings()
-    grpo: GrpoSettings = GrpoSettings()
+    lora: LoraSettings
+    optim: OptimSettings
+    grpo: GrpoSettings
     seed: int = 0
     chat_template: str | None = None  # overrides the GGUF's template when given
 

@@ -29,8 +29,8 @@ from .base import (
 )
 from .chat_template import render
 from .torch_generator import TorchGenerator
-from .torch_grpo import GrpoSettings
-from .torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer, TorchTrainedBackend
+from .settings import GrpoSettings, LoraSettings, OptimSettings
+from .torch_lora import TorchLoraTrainer, TorchTrainedBackend
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,10 @@ class CudaSettings:
     model_dir: Path  # a Hugging Face folder (the converted shipped GGUF, or the user's own model)
     model_name: str
     temperature: float
-    device: str = "cuda"  # "cpu" runs the same code in fp32 (tests, CI)
-    lora: LoraSettings = LoraSettings()
-    optim: OptimSettings = OptimSettings()
-    grpo: GrpoSettings = GrpoSettings()
+    device: str  # "cuda"; "cpu" runs the same code in fp32 (tests, CI)
+    lora: LoraSettings
+    optim: OptimSettings
+    grpo: GrpoSettings
     seed: int = 0
     compile_step: bool = True  # CUDA graphs for the decode step (GPU only; falls back to eager)
     full: bool = False  # train every weight instead of a LoRA adapter

@@ -41,8 +41,8 @@ from .base import (
 )
 from .chat_template import render
 from .mlx_grpo import grpo_token_objective, truncated_importance_weight
-from .torch_grpo import GrpoSettings
-from .torch_lora import ADAPTER_CONFIG, ADAPTER_FILE, LoraSettings, OptimSettings
+from .settings import GrpoSettings, LoraSettings, OptimSettings
+from .torch_lora import ADAPTER_CONFIG, ADAPTER_FILE
 
 OPTIMIZER_FILE = "optimizer_mlx.safetensors"
 # peft target names -> mlx-lm module paths inside a decoder layer
@@ -58,9 +58,9 @@ class MlxSettings:
     model_dir: Path
     model_name: str
     temperature: float
-    lora: LoraSettings = LoraSettings()
-    optim: OptimSettings = OptimSettings()
-    grpo: GrpoSettings = GrpoSettings()
+    lora: LoraSettings
+    optim: OptimSettings
+    grpo: GrpoSettings
     seed: int = 0
 
 

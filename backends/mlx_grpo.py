@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from .torch_grpo import GrpoSettings
+from .settings import GrpoSettings
 
 
 def grpo_token_objective(

@@ -21,19 +21,10 @@ default, as in the paper, which treats external rollouts as if they were on-poli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from .settings import GrpoSettings
 
-@dataclass(frozen=True)
-class GrpoSettings:
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    # Cap of the truncated importance weight pi_old / pi_sampler; 0 turns the correction off.
-    importance_cap: float = 2.0
-    # Cap of the sequence-level weight for peers' completions; 0 (default) leaves them unweighted.
-    external_importance_cap: float = 0.0
 
 
 def grpo_token_objective(

@@ -22,7 +22,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainSample, TrainStats
-from .torch_grpo import GrpoSettings, grpo_token_objective, sequence_importance_weight, truncated_importance_weight
+from .settings import GrpoSettings, LoraSettings, OptimSettings
+from .torch_grpo import grpo_token_objective, sequence_importance_weight, truncated_importance_weight
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -38,22 +39,6 @@ OPTIMIZER_FILE = "optimizer.pt"
 
 LOGIT_CHUNK = 512  # completion positions per chunk of logits
 
-
-@dataclass(frozen=True)
-class LoraSettings:
-    r: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass(frozen=True)
-class OptimSettings:
-    learning_rate: float = 2e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    # Padded tokens (prompt + completion) per forward/backward pass; bounds peak memory.
-    microbatch_tokens: int = 2048
 
 
 @dataclass

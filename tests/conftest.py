@@ -27,8 +27,11 @@ def gguf_path() -> Path:
 
 
 def make_backend(gguf: Path, runtime: Path, temperature: float = 1.0, **kw):
+    from backend_settings import trainer_settings
+
     from swarmling.backends.cpu import CpuBackend, CpuSettings
 
+    kw = {**trainer_settings(), **kw}
     return CpuBackend(
         CpuSettings(
             gguf=gguf,

