@@ -276,7 +276,7 @@ def _identity(config: Config, paths, *, new: bool, adopt: bool) -> int:
 
 
 def _listen_hosts(listen_host: str) -> list[str]:
-    from .swarm.host import interface_hosts
+    from .swarm.addresses import interface_hosts
 
     return interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]
 

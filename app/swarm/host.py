@@ -48,6 +48,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.transport.tcp.tcp import TCP
 
+from .addresses import dialable_addrs, interface_hosts  # noqa: F401 — interface_hosts: re-exported
 from .identity import peer_id_of
 
 log = logging.getLogger("swarmling.swarm")
@@ -175,29 +176,6 @@ def parse_peer_addr(text: str) -> PeerInfo:
     except Exception as exc:  # noqa: BLE001 — multiaddr raises several unrelated types
         raise ValueError(f"{text!r} is not a peer address like /ip4/192.0.2.1/tcp/38433/p2p/12D3Koo…: {exc}") from None
     return info
-
-
-def interface_hosts() -> list[str]:
-    """This machine's IPv4 addresses, LAN ones first (what a wildcard listener can be dialled at)."""
-    import socket
-
-    import psutil
-
-    hosts = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}
-    return sorted(hosts, key=lambda h: (h.startswith("127."), h)) or ["127.0.0.1"]
-
-
-def dialable_addrs(addrs: list[str], peer_id: str) -> list[str]:
-    """Listen addresses as peers can dial them: /0.0.0.0/ expanded to each interface, /p2p/<id> appended."""
-    out = []
-    for addr in addrs:
-        addr = addr.split("/p2p/")[0]
-        if addr.startswith("/ip4/0.0.0.0/"):
-            rest = addr[len("/ip4/0.0.0.0") :]
-            out += [f"/ip4/{h}{rest}" for h in interface_hosts()]
-        else:
-            out.append(addr)
-    return [f"{a}/p2p/{peer_id}" for a in dict.fromkeys(out)]
 
 
 GossipValidator = Callable[[str, bytes], bool]  # (origin peer id, data) -> accept
