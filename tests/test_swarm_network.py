@@ -48,12 +48,14 @@ def wait_until(condition, timeout_s: float = 15.0, step_s: float = 0.1) -> bool:
     return condition()
 
 
-def honest(tmp_path, name: str, dial: tuple[str, ...] = ()) -> Swarm:
+def honest(tmp_path, name: str, dial: tuple[str, ...] = (), *, fetch_timeout_s: float | None = None) -> Swarm:
     identity = new_identity(tmp_path / name)
     swarm = Swarm(
         SwarmSettings(SWARM, "127.0.0.1", 0, dial, (), False, 256 * 1024),
         identity, Inbox(GroupPool()), tmp_path / name, "smollm2-135m",
     )
+    if fetch_timeout_s is not None:  # before start: the host reads its settings when it starts
+        swarm.host.settings = dataclasses.replace(swarm.host.settings, fetch_timeout_s=fetch_timeout_s)
     swarm.start()
     return swarm
 
@@ -256,8 +258,7 @@ def test_a_bundle_that_is_not_the_announced_one_costs_the_peer(pair):
     [("lies about the size", "over the"), ("disconnects mid-transfer", "fetch failed"), ("never answers", "timed out")],
 )
 def test_a_peer_that_breaks_off_a_transfer_is_survived(tmp_path, behaviour, failure):
-    b = honest(tmp_path, "b")
-    b.host.settings = dataclasses.replace(b.host.settings, fetch_timeout_s=2.0)
+    b = honest(tmp_path, "b", fetch_timeout_s=2.0)
     h = Hostile(tmp_path, dial=(b.listen_addrs[0],), misbehave=behaviour)
     h.start()
     try:
