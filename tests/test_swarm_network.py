@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 import trio
 
+from libp2p.peer.id import ID
+from waiting import wait_until
+
 from swarmling.app.round import SYSTEM_PROMPT
 from swarmling.app.swarm.host import HostSettings, SwarmHost
 from swarmling.app.swarm.identity import new_identity
@@ -39,15 +42,6 @@ from swarmling.app.tasks import load_preset, regenerate
 SWARM = "test"
 
 
-def wait_until(condition, timeout_s: float = 15.0, step_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step_s)
-    return condition()
-
-
 def honest(tmp_path, name: str, dial: tuple[str, ...] = (), *, fetch_timeout_s: float | None = None) -> Swarm:
     identity = new_identity(tmp_path / name)
     swarm = Swarm(
@@ -58,6 +52,23 @@ def honest(tmp_path, name: str, dial: tuple[str, ...] = (), *, fetch_timeout_s: 
         swarm.host.settings = dataclasses.replace(swarm.host.settings, fetch_timeout_s=fetch_timeout_s)
     swarm.start()
     return swarm
+
+
+# py-libp2p's router state belongs to the host's trio thread: these read it there.
+def _on_network_thread(host: SwarmHost, read):
+    return trio.from_thread.run_sync(read, trio_token=host._trio._token)
+
+
+def meshed(sender: SwarmHost, receiver: str) -> bool:
+    """`receiver` is in `sender`'s gossip mesh: what `sender` publishes or relays now reaches it."""
+    router = sender._pubsub.router
+    return _on_network_thread(sender, lambda: ID.from_base58(receiver) in router.mesh.get(sender.settings.topic, ()))
+
+
+def ignores(node: SwarmHost, forwarder: str) -> bool:
+    """`node` drops what `forwarder` sends before validating it: its score is under the publish threshold."""
+    scorer = node._pubsub.router.scorer
+    return _on_network_thread(node, lambda: not scorer.allow_publish(ID.from_base58(forwarder), [node.settings.topic]))
 
 
 class Hostile(SwarmHost):
@@ -95,7 +106,7 @@ def pair(tmp_path):
     h = Hostile(tmp_path, dial=(b.listen_addrs[0],))
     h.start()
     assert wait_until(lambda: b.host.connected_peers() and h.connected_peers())
-    time.sleep(1.5)  # a heartbeat or two: the gossip mesh forms
+    assert wait_until(lambda: meshed(h, b.peer_id))  # a heartbeat or two: the gossip mesh forms
     yield b, h
     h.stop()
     b.stop()
@@ -128,7 +139,7 @@ def test_three_nodes_join_through_bootstrap_and_static_peers_and_fetch_bundles(t
     c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))  # b is c's static peer; c never dials a itself
     try:
         assert wait_until(lambda: len(b.host.connected_peers()) == 2)
-        time.sleep(1.5)
+        assert wait_until(lambda: meshed(a.host, b.peer_id) and meshed(b.host, c.peer_id))
         body, ann = bundle_and_announcement(a.peer_id, real_groups(), addrs=a.listen_addrs)
         a._own[digest(body)] = body
         a.host.publish(ann)
@@ -165,11 +176,17 @@ def test_malformed_announcements_are_refused_and_not_relayed(pair, tmp_path, pay
     c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))  # hears only what b relays
     try:
         assert wait_until(lambda: c.host.connected_peers())
-        time.sleep(1.5)
+        assert wait_until(lambda: meshed(b.host, c.peer_id))
+        # the path works: a valid announcement from h reaches c through b
+        h.publish(bundle_and_announcement(h.peer_id, real_groups(1), round_no=1)[1])
+        assert wait_until(lambda: c.board.received == 1)
         h.publish(payload)
         assert wait_until(lambda: b.board.refused.get(reason, 0) >= 1)
-        time.sleep(1.0)
-        assert c.board.received == 0 and not c.board.refused  # b did not pass it on
+        # a second valid one after it, on the same path: had b relayed the payload, c would
+        # have had it first (b queues what it relays to c in order)
+        h.publish(bundle_and_announcement(h.peer_id, real_groups(1), round_no=2)[1])
+        assert wait_until(lambda: c.board.received == 2)
+        assert c.board.received == 2 and not c.board.refused  # b did not pass the payload on
     finally:
         c.stop()
 
@@ -190,13 +207,13 @@ def test_a_flood_of_announcements_is_rate_limited_and_honest_peers_still_get_thr
     # the bucket lets a burst of 5 through, then refuses; each refusal costs the forwarder score
     # (P4) until its messages are ignored altogether
     assert wait_until(lambda: b.board.refused.get("rate limit", 0) >= 5)
-    time.sleep(2.0)
+    assert wait_until(lambda: ignores(b.host, h.peer_id))  # from now on nothing of h's is even validated
     assert b.board.received <= 6
     assert len([x for x in b.board.fresh() if x.origin == h.peer_id]) <= 4  # bounded per origin
     honest_peer = honest(tmp_path, "d", dial=(b.listen_addrs[0],))
     try:
         assert wait_until(lambda: honest_peer.host.connected_peers())
-        time.sleep(1.5)
+        assert wait_until(lambda: meshed(honest_peer.host, b.peer_id))
         body, ann = bundle_and_announcement(honest_peer.peer_id, real_groups(1))
         honest_peer.host.publish(ann)
         assert wait_until(lambda: any(x.origin == honest_peer.peer_id for x in b.board.fresh()))
@@ -263,7 +280,7 @@ def test_a_peer_that_breaks_off_a_transfer_is_survived(tmp_path, behaviour, fail
     h.start()
     try:
         assert wait_until(lambda: b.host.connected_peers())
-        time.sleep(1.5)
+        assert wait_until(lambda: meshed(h, b.peer_id))
         body, ann = bundle_and_announcement(h.peer_id, real_groups(), addrs=h.listen_addrs)
         h.bodies[digest(body)] = body
         h.publish(ann)
@@ -277,7 +294,7 @@ def test_a_peer_that_breaks_off_a_transfer_is_survived(tmp_path, behaviour, fail
         c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))
         try:
             assert wait_until(lambda: b.peer_id in c.host.connected_peers())
-            time.sleep(1.5)
+            assert wait_until(lambda: meshed(c.host, b.peer_id))
             body, ann = bundle_and_announcement(c.peer_id, real_groups(1), addrs=c.listen_addrs)
             c._own[digest(body)] = body
             c.host.publish(ann)

@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from swarmling.app.swarm.identity import new_identity
 
@@ -64,10 +64,7 @@ def test_a_peer_dying_mid_round_never_stalls_the_round_loop(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not any(r.get("peers", 0) >= 1 for r in records(b_home)):
-            time.sleep(0.5)
-        assert any(r.get("peers", 0) >= 1 for r in records(b_home)), "b never met a"
+        assert wait_until(lambda: any(r.get("peers", 0) >= 1 for r in records(b_home)), 300, 0.5), "b never met a"
         a.send_signal(signal.SIGKILL)  # mid-round, mid-transfer perhaps: gone without a goodbye
         a.wait(30)
         stdout, stderr = b.communicate(timeout=400)
