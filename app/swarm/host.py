@@ -3,8 +3,8 @@
 `SwarmHost` puts the pieces together: it runs on its own trio thread (trio_bridge.py), keeps its
 peers connected (dialer.py), exchanges bundles (bundle_protocol.py), counts bytes on the wire
 (counting_transport.py), and here builds the libp2p host and its pubsub. The round loop calls
-its thread-safe, non-blocking methods (`publish`, `fetch`, `connected_peers`, `connected_addrs`,
-`counters`); what arrives is handed back through callbacks that only touch thread-safe
+its thread-safe, non-blocking methods (`publish`, `fetch`, `connected_peers`, `connected_addrs`)
+and reads `counters`; what arrives is handed back through callbacks that only touch thread-safe
 structures (the announcement board and the inbox).
 
 py-libp2p 0.8.1's sharp edges, and what this module does about each:
