@@ -22,6 +22,8 @@ import llama_cpp as lc
 import numpy as np
 
 from .base import Completion, GenerationResult, ProgressCallback, SamplingParams, StopCheck
+from .completion import check_sampling, generation_result
+from .sequence_end import SequenceEnd
 
 _LOG_LOCK = threading.Lock()
 _LOG_CALLBACK = None
@@ -44,10 +46,9 @@ class LlamaCppError(RuntimeError):
 @dataclass
 class _Seq:
     prompt_index: int
+    end: SequenceEnd[bytes]
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    text: bytearray = field(default_factory=bytearray)
-    finish: str | None = None
 
 
 class LlamaCppGenerator:
@@ -216,8 +217,7 @@ class LlamaCppGenerator:
         should_stop: StopCheck | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> GenerationResult:
-        if params.temperature <= 0:
-            raise ValueError("temperature must be > 0 (RL needs the sampling distribution's logprobs)")
+        check_sampling(params)
         start = time.perf_counter()
         rng = np.random.default_rng(params.seed)
         n_prompts = len(prompt_ids)
@@ -228,8 +228,12 @@ class LlamaCppGenerator:
         batch_cap = max(n_seqs, max_prompt)
         self._ensure_context(cells, n_seqs, batch_cap)
         memory = lc.llama_get_memory(self._ctx)
+        # Byte pieces: a stop string is found even when its token splits a UTF-8 character.
         stops = [s.encode("utf-8") for s in params.stop]
-        seqs = [_Seq(prompt_index=i // n) for i in range(n_seqs)]
+        seqs = [
+            _Seq(i // n, SequenceEnd(params.max_new_tokens, stops, self.is_end_of_generation, self._piece))
+            for i in range(n_seqs)
+        ]
         batch = lc.llama_batch_init(batch_cap, 0, 1)
         try:
             # Prefill: each prompt once, as the sequence of its first completion; its KV cells are
@@ -250,7 +254,7 @@ class LlamaCppGenerator:
             while live:
                 if should_stop is not None and should_stop():
                     for i in live:
-                        seqs[i].finish = "abandoned"
+                        seqs[i].end.abandon()
                     break
                 tokens, logprobs = _sample(rows, params.temperature, rng)
                 still: list[int] = []
@@ -259,15 +263,7 @@ class LlamaCppGenerator:
                     tok = int(tokens[row])
                     s.token_ids.append(tok)
                     s.logprobs.append(float(logprobs[row]))
-                    if self.is_end_of_generation(tok):
-                        s.finish = "eos"
-                        continue
-                    s.text += self._piece(tok)
-                    if stops and any(st in s.text[-(len(st) + 64):] for st in stops):
-                        s.finish = "stop"
-                    elif len(s.token_ids) >= params.max_new_tokens:
-                        s.finish = "length"
-                    else:
+                    if not s.end.add(tok):
                         still.append(i)
                 generated += len(live)
                 live = still
@@ -285,25 +281,12 @@ class LlamaCppGenerator:
             lc.llama_batch_free(batch)
             lc.llama_memory_clear(memory, True)
 
-        completions = [
-            [
-                Completion(
-                    text=bytes(s.text).decode("utf-8", "replace"),
-                    token_ids=s.token_ids,
-                    logprobs=s.logprobs,
-                    finish_reason=s.finish or "length",  # type: ignore[arg-type]
-                )
-                for s in seqs[p * n : (p + 1) * n]
-            ]
-            for p in range(n_prompts)
-        ]
-        return GenerationResult(
-            prompt_ids=[list(p) for p in prompt_ids],
-            completions=completions,
-            seconds=time.perf_counter() - start,
-            prefill_tokens=prompt_tokens,
-            generated_tokens=sum(len(s.token_ids) for s in seqs),
-        )
+        completions = [Completion(self._visible_text(s), s.token_ids, s.logprobs, s.end.finish_reason) for s in seqs]
+        return generation_result(prompt_ids, n, completions, start)
+
+    def _visible_text(self, s: _Seq) -> str:
+        """The completion's text: its end-of-generation token, when it has one, writes none."""
+        return self.detokenize(s.token_ids[:-1] if s.end.reason == "eos" else s.token_ids)
 
     def _prefill_prompts(self, batch, batch_cap: int, prompt_ids, n: int, on_decoded) -> None:
         """Decode every prompt once (several per llama_decode while they fit in the batch) into

@@ -7,9 +7,9 @@ and a right-padded full forward (reported each round as `sampler_logprob_gap`).
 
 All Q×G sequences decode together: prompts are left-padded (to a bucketed width), prefilled into a
 static KV cache, then one token per step for every sequence. A sequence stops at EOS, at a stop string
-or at max tokens. Stop strings are checked on the decoded text every few steps (a device sync
-each check), and the sequence is cut back to the token that completed the string, which is where
-llama.cpp's generator stops too.
+or at max tokens (`sequence_end.py`, as every generator). The tokens reach the host every few steps
+(a device sync each time) and are checked one by one there, so a sequence is cut back to the token
+that completed a stop string, which is where llama.cpp's generator stops too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from collections.abc import Sequence
 import torch
 
 from .base import Completion, GenerationResult, ProgressCallback, SamplingParams, StopCheck
+from .completion import check_sampling, generation_result
+from .incremental_text import IncrementalText
+from .sequence_end import SequenceEnd
 
 STOP_CHECK_EVERY = 8  # decode steps between host-side checks (stop strings, all finished)
 PROMPT_BUCKET = 32  # prompt widths are padded up to a multiple of this
@@ -61,29 +64,15 @@ class TorchGenerator:
         should_stop: StopCheck | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> GenerationResult:
-        if params.temperature <= 0:
-            raise ValueError("temperature must be > 0 (RL needs the sampling distribution's logprobs)")
+        check_sampling(params)
         start = time.perf_counter()
         was_training = self.model.training
         self.model.eval()
         try:
-            seqs, finish = self._decode(prompt_ids, n, params, should_stop, on_progress)
+            completions = self._decode(prompt_ids, n, params, should_stop, on_progress)
         finally:
             self.model.train(was_training)
-        completions = []
-        for p in range(len(prompt_ids)):
-            row = []
-            for i in range(p * n, (p + 1) * n):
-                ids, lps = seqs[i]
-                row.append(Completion(self._text(ids), ids, lps, finish[i]))  # type: ignore[arg-type]
-            completions.append(row)
-        return GenerationResult(
-            prompt_ids=[list(p) for p in prompt_ids],
-            completions=completions,
-            seconds=time.perf_counter() - start,
-            prefill_tokens=sum(len(p) for p in prompt_ids),
-            generated_tokens=sum(len(ids) for ids, _ in seqs),
-        )
+        return generation_result(prompt_ids, n, completions, start)
 
     def _step(self, ids, mask, positions, cache_position, cache, temperature: float) -> torch.Tensor:
         """One forward over the cache: next-token logprobs at every sequence's last position."""
@@ -91,7 +80,7 @@ class TorchGenerator:
                              cache_position=cache_position, past_key_values=cache, use_cache=True)
         return self._next_logprobs(out.last_hidden_state[:, -1], temperature)
 
-    def _decode(self, prompt_ids, n, params, should_stop, on_progress):
+    def _decode(self, prompt_ids, n, params, should_stop, on_progress) -> list[Completion]:
         from transformers import StaticCache
 
         dev = self.device
@@ -116,8 +105,8 @@ class TorchGenerator:
         last_pos = positions[:, -1:]
         tokens, token_lps = [], []
         done = torch.zeros(batch, dtype=torch.bool, device=dev)
-        finish = ["length"] * batch
-        ended_at = [params.max_new_tokens] * batch  # tokens kept per sequence
+        ends = [self._sequence_end(params) for _ in range(batch)]
+        checked = 0  # steps whose tokens the ends have seen
         abandoned = False
         for step in range(params.max_new_tokens):
             if should_stop is not None and should_stop():
@@ -129,10 +118,11 @@ class TorchGenerator:
             done |= torch.isin(nxt[:, 0], eos)
             last = step + 1 == params.max_new_tokens
             if last or (step + 1) % STOP_CHECK_EVERY == 0:
-                self._note_finished(tokens, finish, ended_at, params.stop)
-                done |= torch.tensor([f != "length" for f in finish], device=dev)
+                _feed(ends, torch.stack(tokens[checked:], dim=1).tolist())
+                checked = len(tokens)
+                done |= torch.tensor([e.reason is not None for e in ends], device=dev)
                 if on_progress is not None:
-                    on_progress(int(done.sum()), batch, sum(min(len(tokens), e) for e in ended_at))
+                    on_progress(int(done.sum()), batch, sum(e.tokens for e in ends))
                 if bool(done.all()):
                     break
             if last:
@@ -144,15 +134,18 @@ class TorchGenerator:
 
         all_tokens = torch.stack(tokens, dim=1).tolist() if tokens else [[] for _ in range(batch)]
         all_lps = torch.stack(token_lps, dim=1).tolist() if tokens else [[] for _ in range(batch)]
-        if not abandoned:
-            self._note_finished(tokens, finish, ended_at, params.stop)
-        seqs = []
-        for b in range(batch):
-            keep = min(ended_at[b], len(all_tokens[b]))
-            if abandoned and finish[b] == "length":
-                finish[b] = "abandoned"
-            seqs.append((all_tokens[b][:keep], all_lps[b][:keep]))
-        return seqs, finish
+        completions = []
+        for b, end in enumerate(ends):
+            # An abandoned sequence keeps what it sampled, including steps not checked yet.
+            keep = end.tokens if end.reason is not None else len(all_tokens[b])
+            if abandoned:
+                end.abandon()
+            ids = all_tokens[b][:keep]
+            completions.append(Completion(self._text(ids), ids, all_lps[b][:keep], end.finish_reason))
+        return completions
+
+    def _sequence_end(self, params: SamplingParams) -> SequenceEnd[str]:
+        return SequenceEnd(params.max_new_tokens, params.stop, self.eos_ids.__contains__, IncrementalText(self._text).add)
 
     def _cache_for(self, batch: int, total: int, factory):
         """One static KV cache, reused (zeroed) while the round's shape stays the same: captured
@@ -175,32 +168,13 @@ class TorchGenerator:
             self._compiled = None
             return self._step(*args)
 
-    def _note_finished(self, tokens, finish, ended_at, stops) -> None:
-        """Host-side: where each still-running sequence ended (EOS or a stop string)."""
-        if not tokens:
-            return
-        so_far = torch.stack(tokens, dim=1).tolist()
-        for b, row in enumerate(so_far):
-            if finish[b] != "length":
-                continue
-            eos_at = next((t for t, tok in enumerate(row) if tok in self.eos_ids), None)
-            visible = row if eos_at is None else row[:eos_at]
-            stop_at = self._stop_position(visible, stops) if stops else None
-            if stop_at is not None:  # a stop string before any EOS wins
-                finish[b], ended_at[b] = "stop", stop_at
-            elif eos_at is not None:
-                finish[b], ended_at[b] = "eos", eos_at + 1  # the EOS token is kept, as llama.cpp does
-
-    def _stop_position(self, row: list[int], stops) -> int | None:
-        """Tokens up to and including the one that completes the first stop string, or None."""
-        if not any(s in self._text(row) for s in stops):
-            return None
-        # The last check found none, so the string was completed by one of the tokens since (a stop
-        # string spans a few tokens at most: look back a little further).
-        for t in range(max(1, len(row) - 2 * STOP_CHECK_EVERY), len(row) + 1):
-            if any(s in self._text(row[:t]) for s in stops):
-                return t
-        return len(row)
-
     def _text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _feed(ends: list[SequenceEnd[str]], new_tokens: list[list[int]]) -> None:
+    """Each running sequence's tokens since the last check, in order, until it ends."""
+    for end, row in zip(ends, new_tokens):
+        for token in row:
+            if end.add(token):
+                break
