@@ -283,7 +283,7 @@ def _listen_hosts(listen_host: str) -> list[str]:
 
 def _guard(fn) -> int:
     from .models import ModelError
-    from .node import NodeError
+    from .errors import NodeError
     from .tasks import TaskError
 
     try:

@@ -52,6 +52,16 @@ class RoundSection(_Section):
     max_groups_per_peer: int = Field(default=2, ge=1, le=256)
 
 
+def mix_problem(questions: int, external_groups: int) -> str | None:
+    """SAPO's I + J rule as the settings screen enforces it: J must leave room for at least one of
+    the node's own groups. A config file or flag beyond it is still accepted (`defaults.resolve`
+    then trains on one local group a round), as it always was."""
+    if external_groups >= questions:
+        return (f"external groups (J = {external_groups}) must be below questions per round (Q = {questions}): "
+                "at least one of the node's own groups is trained on each round")
+    return None
+
+
 class TrainSection(_Section):
     # "lora": a LoRA adapter on the frozen base (every backend). "full": every weight trains
     # (CUDA backend only, when the GPU has room for weights + gradients + AdamW moments).
@@ -172,6 +182,23 @@ class Config(_Section):
     resources: ResourcesSection = ResourcesSection()
     logging: LoggingSection = LoggingSection()
     run: RunSection = RunSection()
+
+
+# Keys the settings screen may change while the node runs: they apply from the next round (or
+# the guest monitor's next check). Any other change waits for a restart.
+LIVE_KEYS = frozenset({
+    "round.questions", "round.external_groups", "round.local_groups", "round.max_groups_per_peer",
+    "round.completions", "round.max_new_tokens", "round.temperature", "run.on_stop",
+    "resources.pause_on_battery", "resources.resume_after_plugged_s", "resources.only_when_idle",
+    "resources.idle_after_s", "resources.windows", "resources.on_suspend", "resources.min_free_disk_mb",
+    "resources.release_memory_after_s", "resources.bandwidth_kib_s",
+})
+
+
+def changed_keys(old: Config, new: Config) -> list[str]:
+    """Dotted keys whose value differs between two configs."""
+    a, b = old.model_dump(), new.model_dump()
+    return [f"{section}.{key}" for section in b for key in b[section] if b[section][key] != a[section][key]]
 
 
 class ConfigError(ValueError):

@@ -21,6 +21,8 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from .events import Listener, Notice
+
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 4096
 COMMANDS = ("status", "pause", "resume", "finish")
@@ -111,6 +113,18 @@ class ControlServer:
             self._server = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+
+
+def open_control(node: Controllable, state_dir: Path, emit: Listener) -> ControlServer | None:
+    """The node's control socket, started; None (and a warning) when it cannot be: the node still
+    runs, only `swarmling status/pause/resume` cannot reach it."""
+    server = ControlServer(node, state_dir)
+    try:
+        server.start()
+    except (ControlError, OSError) as exc:
+        emit(Notice("warning", f"no control socket ({exc}); `swarmling status/pause/resume` will not work"))
+        return None
+    return server
 
 
 def send(state_dir: Path, cmd: str, timeout_s: float = 10.0) -> dict:

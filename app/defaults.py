@@ -87,3 +87,12 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
         ),
         microbatch_tokens=microbatch,
     )
+
+
+def memory_note(config: Config, resolved: Resolved, model_scale: float = 1.0) -> str | None:
+    """What a memory ceiling made of the training microbatch, for the user (None: no ceiling set)."""
+    if config.resources.max_memory_gb is None or config.train.microbatch_tokens is not None:
+        return None
+    mb = resolved.microbatch_tokens
+    return (f"memory ceiling {config.resources.max_memory_gb:g} GB: training microbatch {mb} tokens "
+            f"(estimated peak {estimate_peak_bytes(mb, model_scale) / 1e9:.1f} GB)")

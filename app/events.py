@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .round_record import RoundRecord
+
 # The node's run state, as a viewer shows it.
 STATES = ("starting", "running", "pausing", "paused", "finishing", "suspended", "stopping", "stopped", "failed")
+# A round's phases, in the order app/round.py runs them.
+PHASES = ("tasks", "generate", "score", "share", "sample", "train", "hand-off")
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class RoundFinished:
-    metrics: dict
+    record: RoundRecord
 
 
 @dataclass(frozen=True)
@@ -116,3 +120,21 @@ Event = (
     NodeStarted | StateChanged | PhaseChanged | Progress | RoundFinished | RoundRollouts | SwarmUpdated | Notice
 )
 Listener = Callable[[Event], None]
+
+
+def group_views(round_no: int, groups, used_external, trained, prefill: str) -> tuple[GroupView, ...]:
+    """A round's own groups and the peers' groups it trained on, as plain data for viewers
+    (replies shown whole: with the `<answer>` the node pre-started them with)."""
+    trained_ids = {id(g) for g in trained}
+    return tuple(
+        GroupView(
+            round=round_no,
+            source=g.source,
+            dataset=g.task.spec.dataset,
+            level=g.level,
+            question=g.task.question,
+            completions=tuple(CompletionView(prefill + c.text, c.reward, c.strict) for c in g.completions),
+            trained=id(g) in trained_ids,
+        )
+        for g in [*groups, *used_external]
+    )

@@ -15,7 +15,7 @@ class HeadlessPrinter:
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RoundFinished):
-            print(format_round(event.metrics), file=self.out, flush=True)
+            print(format_round(event.record), file=self.out, flush=True)
         elif isinstance(event, NodeStarted):
             start = f"resuming after round {event.resumed_round}" if event.resumed_round else "fresh start"
             st = event.settings

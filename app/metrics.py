@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from .round_record import RoundRecord
+
 
 def read_records(path: Path) -> list[dict]:
     if not path.exists():
@@ -58,12 +60,13 @@ def reconcile(path: Path, last_round: int, last_record: dict | None) -> None:
     os.replace(tmp, path)
 
 
-def format_round(m: dict) -> str:
-    s = m.get("seconds", {})
+def format_round(m: RoundRecord) -> str:
+    """The one line per round that headless mode prints and the log file keeps."""
+    s = m.seconds
     train = f"train {s['train']:.1f}s " if "train" in s else "train skipped (no signal) "
     return (
-        f"round {m['round']:>4}  reward {m['reward_mean']:.3f} (shaped {m['shaped_reward_mean']:.3f})  "
-        f"solved {m['solved']}/{m['questions']}  signal {m['signal_share']:.0%}  tags {m['tag_rate']:.0%}  |  "
+        f"round {m.round:>4}  reward {m.reward_mean:.3f} (shaped {m.shaped_reward_mean:.3f})  "
+        f"solved {m.solved}/{m.questions}  signal {m.signal_share:.0%}  tags {m.tag_rate:.0%}  |  "
         f"generate {s.get('generate', 0):.1f}s score {s.get('score', 0):.2f}s {train}"
-        f"hand-off {s.get('hand-off', 0):.2f}s  |  {m['tokens_per_s']:.0f} tok/s"
+        f"hand-off {s.get('hand-off', 0):.2f}s  |  {m.tokens_per_s:.0f} tok/s"
     )

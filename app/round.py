@@ -16,9 +16,12 @@ from statistics import fmean
 import numpy as np
 
 from ..backends.base import Abandoned, Backend, ChatPrompt, SamplingParams, StopCheck, TrainSample
+from .config import Config
 from .curriculum import Curriculum
+from .defaults import Resolved
 from .reward import CLOSE, OPEN, score
 from .rollout import QuestionGroup, ScoredCompletion
+from .round_record import RoundRecord, TrainRecord
 from .sampler import select_groups
 from .tasks import Preset, regenerate
 
@@ -26,9 +29,6 @@ from .tasks import Preset, regenerate
 # 18 questions x 8 completions): with this one-example prompt 52% of replies close the tag and 89%
 # of groups carry a learning signal; a plain instruction gave 8% and 50%.
 SYSTEM_PROMPT = "Reply with only the final answer inside <answer></answer> tags, for example: <answer>42</answer>"
-
-PHASES = ("tasks", "generate", "score", "share", "sample", "train", "hand-off")
-
 
 @dataclass(frozen=True)
 class RoundSettings:
@@ -42,10 +42,25 @@ class RoundSettings:
     format_bonus: float
     max_groups_per_peer: int | None = None
 
+    @classmethod
+    def from_config(cls, config: Config, resolved: Resolved) -> RoundSettings:
+        """The round's shape as configured, with what was left to the hardware filled in."""
+        return cls(
+            questions=resolved.questions,
+            completions=resolved.completions,
+            max_new_tokens=resolved.max_new_tokens,
+            temperature=config.round.temperature,
+            local_groups=resolved.local_groups,
+            external_groups=config.round.external_groups,
+            prefill_answer=config.reward.prefill_answer,
+            format_bonus=config.reward.format_bonus,
+            max_groups_per_peer=config.round.max_groups_per_peer,
+        )
+
 
 @dataclass
 class RoundOutcome:
-    metrics: dict
+    record: RoundRecord
     groups: list[QuestionGroup]
     curriculum: Curriculum  # the updated copy, to be committed with the checkpoint
     used_external: list[QuestionGroup] = field(default_factory=list)  # to leave the pool for good
@@ -162,42 +177,41 @@ def run_round(
     per_dataset: dict[str, list[float]] = {}
     for g in groups:
         per_dataset.setdefault(g.task.spec.dataset, []).append(g.strict_mean)
-    metrics = {
-        "round": round_no,
-        "reward_mean": fmean(c.strict for c in completions),
-        "shaped_reward_mean": fmean(c.reward for c in completions),
-        "format_bonus": bonus,
-        "tag_rate": tag_rate,
-        "questions": len(groups),
-        "completions": len(completions),
-        "solved": sum(g.solved for g in groups),
-        "signal_share": fmean(g.has_signal for g in groups),
-        "local_groups": len(selection.local),
-        "external_groups": len(selection.external),
-        "external_available": len(external),
+    record = RoundRecord(
+        round=round_no,
+        reward_mean=fmean(c.strict for c in completions),
+        shaped_reward_mean=fmean(c.reward for c in completions),
+        format_bonus=bonus,
+        tag_rate=tag_rate,
+        questions=len(groups),
+        completions=len(completions),
+        solved=sum(g.solved for g in groups),
+        signal_share=fmean(g.has_signal for g in groups),
+        local_groups=len(selection.local),
+        external_groups=len(selection.external),
+        external_available=len(external),
         # Peers' groups as this node's own verifier scored them: the swarm-wide comparison the
         # viewers show, without trusting anything a peer claims about itself.
-        "external_reward_mean": fmean(c.strict for g in external for c in g.completions) if external else None,
-        "trained_samples": len(samples) if train_stats else 0,
-        "generated_tokens": gen.generated_tokens,
-        "prefill_tokens": gen.prefill_tokens,
-        "tokens_per_s": gen.tokens_per_s,
-        "seconds": {k: round(v, 3) for k, v in timings.items()} | {"hand-off": round(handoff_s, 3)},
-        "per_dataset": {k: fmean(v) for k, v in sorted(per_dataset.items())},
-        "levels": updated.levels(),
-    }
-    if train_stats is not None:
-        metrics["train"] = {
-            "loss": train_stats.loss,
-            "tokens": train_stats.tokens,
-            "grad_norm": train_stats.grad_norm,
-            "clip_fraction": train_stats.clip_fraction,
-            "ratio_mean": train_stats.ratio_mean,
-            "sampler_logprob_gap": train_stats.sampler_logprob_gap,
-            "sampler_ratio_outside": train_stats.sampler_ratio_outside,
-        }
+        external_reward_mean=fmean(c.strict for g in external for c in g.completions) if external else None,
+        trained_samples=len(samples) if train_stats else 0,
+        generated_tokens=gen.generated_tokens,
+        prefill_tokens=gen.prefill_tokens,
+        tokens_per_s=gen.tokens_per_s,
+        seconds={k: round(v, 3) for k, v in timings.items()} | {"hand-off": round(handoff_s, 3)},
+        per_dataset={k: fmean(v) for k, v in sorted(per_dataset.items())},
+        levels=updated.levels(),
+        train=None if train_stats is None else TrainRecord(
+            loss=train_stats.loss,
+            tokens=train_stats.tokens,
+            grad_norm=train_stats.grad_norm,
+            clip_fraction=train_stats.clip_fraction,
+            ratio_mean=train_stats.ratio_mean,
+            sampler_logprob_gap=train_stats.sampler_logprob_gap,
+            sampler_ratio_outside=train_stats.sampler_ratio_outside,
+        ),
+    )
     return RoundOutcome(
-        metrics,
+        record,
         groups,
         updated,
         list(selection.external) if train_stats else [],

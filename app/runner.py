@@ -19,7 +19,8 @@ from typing import Any
 from .config import Config, ConfigError
 from .config_file import update_config_file
 from .events import Listener, Notice, StateChanged
-from .node import Node, NodeError
+from .errors import NodeError
+from .node import Node
 from .paths import Paths
 
 log = logging.getLogger("swarmling.runner")

@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean, median
 
+import msgspec
+
 from .paths import Paths
+from .round_record import RoundRecord
 from .swarm.identity import new_identity
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
@@ -78,7 +81,7 @@ class _SimNode:
     def metrics_file(self) -> Path:
         return self.home / "state" / "metrics.jsonl"
 
-    def new_records(self) -> list[dict]:
+    def new_records(self) -> list[RoundRecord]:
         try:
             lines = self.metrics_file.read_text(encoding="utf-8").splitlines()
         except OSError:
@@ -88,9 +91,9 @@ class _SimNode:
         out = []
         for line in fresh:
             try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
+                out.append(RoundRecord.from_dict(json.loads(line)))
+            except (ValueError, msgspec.ValidationError):
+                continue  # a line being written right now
         return out
 
 
@@ -143,7 +146,7 @@ def _steady(summary: dict) -> dict:
 def simulate(options: SimOptions, paths: Paths) -> int:
     import psutil
 
-    from .node import NodeError
+    from .errors import NodeError
 
     available = psutil.virtual_memory().available
     if options.nodes * NODE_MEMORY_BYTES > available:
@@ -184,7 +187,7 @@ def simulate(options: SimOptions, paths: Paths) -> int:
         log.close()
         print(f"sim: node-{node.index} {node.peer_id[:16]}… on port {node.port}", flush=True)
 
-    by_round: dict[int, dict[int, dict]] = {}
+    by_round: dict[int, dict[int, RoundRecord]] = {}
 
     def on_term(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough: the cleanup below must finish
@@ -224,28 +227,28 @@ def simulate(options: SimOptions, paths: Paths) -> int:
     return 130 if interrupted else (1 if failed else 0)
 
 
-def _collect(nodes: list[_SimNode], by_round: dict[int, dict[int, dict]], count: int) -> None:
+def _collect(nodes: list[_SimNode], by_round: dict[int, dict[int, RoundRecord]], count: int) -> None:
     for node in nodes:
         for rec in node.new_records():
-            r = rec["round"]
+            r, net = rec.round, rec.swarm_stats
             by_round.setdefault(r, {})[node.index] = rec
             print(
-                f"  node-{node.index} round {r:>3}  reward {rec['reward_mean']:.3f}  local {rec['local_groups']} "
-                f"external {rec['external_groups']} (rejected {rec.get('external_rejected', 0)})  peers {rec.get('peers', 0)}  "
-                f"in {rec.get('bytes_in', 0) / 1024:.0f} KiB out {rec.get('bytes_out', 0) / 1024:.0f} KiB",
+                f"  node-{node.index} round {r:>3}  reward {rec.reward_mean:.3f}  local {rec.local_groups} "
+                f"external {rec.external_groups} (rejected {rec.external_rejected})  peers {net.peers}  "
+                f"in {net.bytes_in / 1024:.0f} KiB out {net.bytes_out / 1024:.0f} KiB",
                 flush=True,
             )
             if len(by_round[r]) == count:
                 recs = by_round[r].values()
                 print(
-                    f"swarm round {r:>3}  reward {fmean(x['reward_mean'] for x in recs):.3f}  "
-                    f"external groups used {sum(x['external_groups'] for x in recs)}  "
-                    f"mean in {fmean(x.get('bytes_in', 0) for x in recs) / 1024:.0f} KiB/node",
+                    f"swarm round {r:>3}  reward {fmean(x.reward_mean for x in recs):.3f}  "
+                    f"external groups used {sum(x.external_groups for x in recs)}  "
+                    f"mean in {fmean(x.swarm_stats.bytes_in for x in recs) / 1024:.0f} KiB/node",
                     flush=True,
                 )
 
 
-def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, dict]]) -> dict:
+def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, RoundRecord]]) -> dict:
     def med(values):
         values = [v for v in values if v is not None]
         return median(values) if values else None
@@ -253,18 +256,19 @@ def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, dict]]) -> d
     rounds = {}
     for r, recs in sorted(by_round.items()):
         rs = list(recs.values())
+        nets = [x.swarm_stats for x in rs]
         rounds[r] = {
             "nodes": len(rs),
-            "reward_mean": fmean(x["reward_mean"] for x in rs),
-            "external_groups": sum(x["external_groups"] for x in rs),
-            "bytes_in_per_node": fmean(x.get("bytes_in", 0) for x in rs),
-            "bytes_out_per_node": fmean(x.get("bytes_out", 0) for x in rs),
-            "bundle_bytes_in_per_node": fmean(x.get("bundle_bytes_in", 0) for x in rs),
-            "bytes_in_per_node_per_s": fmean(x.get("bytes_in", 0) / max(x.get("wall_seconds", 1), 1e-3) for x in rs),
-            "round_seconds": fmean(x.get("wall_seconds", 0) for x in rs),
-            "peers": fmean(x.get("peers", 0) for x in rs),
-            "announce_latency_s_p50": med(x.get("announce_latency_s_p50") for x in rs),
-            "fetch_seconds_p50": med(x.get("fetch_seconds_p50") for x in rs),
+            "reward_mean": fmean(x.reward_mean for x in rs),
+            "external_groups": sum(x.external_groups for x in rs),
+            "bytes_in_per_node": fmean(n.bytes_in for n in nets),
+            "bytes_out_per_node": fmean(n.bytes_out for n in nets),
+            "bundle_bytes_in_per_node": fmean(n.bundle_bytes_in for n in nets),
+            "bytes_in_per_node_per_s": fmean(n.bytes_in / max(x.wall_seconds, 1e-3) for x, n in zip(rs, nets)),
+            "round_seconds": fmean(x.wall_seconds for x in rs),
+            "peers": fmean(n.peers for n in nets),
+            "announce_latency_s_p50": med(n.announce_latency_s_p50 for n in nets),
+            "fetch_seconds_p50": med(n.fetch_seconds_p50 for n in nets),
         }
     per_node = {}
     for node in nodes:
@@ -273,11 +277,11 @@ def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, dict]]) -> d
             "peer_id": node.peer_id,
             "exit_code": node.process.returncode if node.process else None,
             "rounds": len(recs),
-            "reward": [x["reward_mean"] for x in recs],
-            "external_groups": [x["external_groups"] for x in recs],
-            "external_rejected": [x.get("external_rejected", 0) for x in recs],
-            "peers": [x.get("peers", 0) for x in recs],
-            "bytes_in": [x.get("bytes_in", 0) for x in recs],
-            "bytes_out": [x.get("bytes_out", 0) for x in recs],
+            "reward": [x.reward_mean for x in recs],
+            "external_groups": [x.external_groups for x in recs],
+            "external_rejected": [x.external_rejected for x in recs],
+            "peers": [x.swarm_stats.peers for x in recs],
+            "bytes_in": [x.swarm_stats.bytes_in for x in recs],
+            "bytes_out": [x.swarm_stats.bytes_out for x in recs],
         }
     return {"rounds": rounds, "nodes": per_node}

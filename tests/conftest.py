@@ -2,6 +2,11 @@
 
 The GGUF -> torch conversion (about 25 s) is cached once per machine in a test cache dir, like
 the node caches it in the user's cache dir.
+
+Two tiers: `pytest -m "not slow"` runs what needs no model (pure logic, the fake backend in
+fakes.py, real libp2p hosts), in about two minutes; plain `pytest` (CI, the README's command) runs
+everything. A test that loads the model through the fixtures below is marked slow here; one that
+starts a real node another way carries `@pytest.mark.slow` itself.
 """
 
 from __future__ import annotations
@@ -17,6 +22,15 @@ os.environ.setdefault("SWARMLING_CACHE_DIR", str(TEST_CACHE))
 # Nodes started by tests that are not about the swarm run alone (no port, no mDNS on the test
 # machine); swarm tests switch it on with --set, which outranks the environment.
 os.environ["SWARMLING_SWARM__ENABLED"] = "false"
+
+
+MODEL_FIXTURES = {"generator", "backend", "backend_factory", "torch_backend", "mlx_backend"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real nodes on the real model
+
 TINY = ["--set", "round.questions=2", "--set", "round.completions=2", "--set", "round.max_new_tokens=6", "--set", "run.seed=1"]
 
 

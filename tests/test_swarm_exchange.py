@@ -55,9 +55,9 @@ def test_b_trains_on_groups_from_a(backend_factory, tmp_path):
     assert with_signal, "A's round had no group with signal: nothing to exchange"
     outcome_b = run_round(1, node_b, preset, Curriculum(preset), settings(2), np.random.default_rng(2),
                           external=pool.available())
-    assert outcome_b.metrics["external_groups"] == min(2, len(with_signal))
-    assert outcome_b.metrics["external_available"] == len(pool)
-    assert outcome_b.used_external and "train" in outcome_b.metrics
+    assert outcome_b.record.external_groups == min(2, len(with_signal))
+    assert outcome_b.record.external_available == len(pool)
+    assert outcome_b.used_external and outcome_b.record.train is not None
     pool.mark_used(outcome_b.used_external)
     assert all(g not in pool.available() for g in outcome_b.used_external)  # never used twice
 
@@ -105,14 +105,14 @@ def test_node_takes_peer_bundles_through_its_inbox(backend_factory, tmp_path):
     node = Node(config, resolve_paths(tmp_path / "b"), events.append)
     try:
         node.start()
-        assert node.inbox.offer(PEER_A, data)
-        assert node.inbox.offer(PEER_A, data)  # replayed
-        assert node.inbox.offer(PEER_A, b"\x00garbage")  # malformed
-        assert node.inbox.offer("12D3KooWSomeoneElse", data)  # relabelled sender
+        assert node.swarm.inbox.offer(PEER_A, data)
+        assert node.swarm.inbox.offer(PEER_A, data)  # replayed
+        assert node.swarm.inbox.offer(PEER_A, b"\x00garbage")  # malformed
+        assert node.swarm.inbox.offer("12D3KooWSomeoneElse", data)  # relabelled sender
         assert node.run(1) == 1
     finally:
         node.close()
-    record = next(e.metrics for e in events if type(e).__name__ == "RoundFinished")
+    record = next(e.record.to_dict() for e in events if type(e).__name__ == "RoundFinished")
     usable = sum(g.has_signal for g in outcome_a.groups)
     assert usable, "A's round had no group with signal"
     assert record["external_groups"] >= 1

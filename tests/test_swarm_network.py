@@ -24,7 +24,7 @@ from swarmling.app.swarm.identity import new_identity
 from swarmling.app.swarm.inbox import Inbox
 from swarmling.app.swarm.intake import IntakeContext
 from swarmling.app.swarm.pool import GroupPool
-from swarmling.app.swarm.swarm import Swarm, SwarmSettings
+from swarmling.app.swarm.network import SwarmNetwork as Swarm, SwarmSettings
 from swarmling.app.swarm.wire import (
     PROTOCOL_VERSION,
     AnnouncedGroup,

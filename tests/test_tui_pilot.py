@@ -42,7 +42,7 @@ async def until(pilot, predicate, timeout: float, what: str) -> None:
 
 
 def rounds_done(app) -> int:
-    return app.view.last_round.get("round", 0)
+    return app.view.last_round.round if app.view.last_round is not None else 0
 
 
 def test_keys_drive_a_real_node(tmp_path):

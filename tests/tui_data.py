@@ -4,6 +4,7 @@ asked of the node (pure UI logic: the real node is driven in test_tui_pilot.py).
 from __future__ import annotations
 
 from swarmling.app.config import Config
+from swarmling.app.round_record import RoundRecord
 from swarmling.app.events import (
     CompletionView,
     GroupView,
@@ -24,28 +25,32 @@ ME = "12D3KooWBmwXN8r7zTg8m4vTXvVTLvRZ1mbNxgPg3Dz7Tt7G1eHa"
 DATASETS = ("basic_arithmetic", "chain_sum", "leg_counting")
 
 
-def metrics(round_no: int) -> dict:
+def metrics(round_no: int) -> RoundRecord:
     reward = min(0.9, 0.1 + 0.06 * round_no)
-    return {
-        "round": round_no,
-        "reward_mean": reward,
-        "shaped_reward_mean": reward + 0.1,
-        "questions": 8,
-        "completions": 64,
-        "solved": min(8, round_no // 2 + 1),
-        "signal_share": 0.75,
-        "tag_rate": 0.9,
-        "local_groups": 4,
-        "external_groups": 2,
-        "external_available": 5,
-        "external_reward_mean": reward * 0.8 if round_no > 2 else None,
-        "tokens_per_s": 410.0,
-        "wall_seconds": 31.0,
-        "seconds": {"tasks": 0.1, "generate": 9.8, "score": 0.2, "share": 0.01, "sample": 0.3, "train": 19.5,
-                    "hand-off": 0.4},
-        "per_dataset": {d: min(1.0, reward + 0.1 * i) for i, d in enumerate(DATASETS)},
-        "levels": {d: round_no // 4 + i for i, d in enumerate(DATASETS)},
-    }
+    return RoundRecord(
+        round=round_no,
+        reward_mean=reward,
+        shaped_reward_mean=reward + 0.1,
+        format_bonus=0.05,
+        questions=8,
+        completions=64,
+        solved=min(8, round_no // 2 + 1),
+        signal_share=0.75,
+        tag_rate=0.9,
+        local_groups=4,
+        external_groups=2,
+        external_available=5,
+        external_reward_mean=reward * 0.8 if round_no > 2 else None,
+        trained_samples=48,
+        generated_tokens=700,
+        prefill_tokens=560,
+        tokens_per_s=410.0,
+        wall_seconds=31.0,
+        seconds={"tasks": 0.1, "generate": 9.8, "score": 0.2, "share": 0.01, "sample": 0.3, "train": 19.5,
+                 "hand-off": 0.4},
+        per_dataset={d: min(1.0, reward + 0.1 * i) for i, d in enumerate(DATASETS)},
+        levels={d: round_no // 4 + i for i, d in enumerate(DATASETS)},
+    )
 
 
 def group(round_no: int, source: str, i: int) -> GroupView:

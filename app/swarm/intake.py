@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...backends.base import ChatPrompt
+from ...backends.base import ChatPrompt, Sampler
 from ..reward import score
 from ..rollout import QuestionGroup, ScoredCompletion
+from ..round import SYSTEM_PROMPT
 from ..tasks import TaskError, load_preset, preset_names, regenerate
 from .wire import WireGroup
 
@@ -36,6 +37,18 @@ class IntakeContext:
     max_completion_tokens: int
     encode_prompt: Callable[[ChatPrompt], list[int]]
     tokenize: Callable[[str], list[int]]
+
+    @classmethod
+    def for_sampler(cls, sampler: Sampler, prefill: str, format_bonus: float, max_new_tokens: int) -> IntakeContext:
+        """Groups rebuilt as this sampler's own: its prompt rendering, its tokenizer."""
+        return cls(
+            system_prompt=SYSTEM_PROMPT,
+            prefill=prefill,
+            format_bonus=format_bonus,
+            max_completion_tokens=2 * max_new_tokens,  # other tokenizers split the same text differently
+            encode_prompt=sampler.encode_prompt,
+            tokenize=sampler.tokenize,
+        )
 
 
 def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext) -> QuestionGroup | Rejected:

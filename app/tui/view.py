@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..events import (
+    PHASES,
     Event,
     GroupView,
     NodeStarted,
@@ -26,7 +27,7 @@ from ..events import (
     StateChanged,
     SwarmUpdated,
 )
-from ..round import PHASES
+from ..round_record import RoundRecord
 
 MAX_QUEUED = 10_000  # a stalled UI drops the oldest events rather than grow without bound
 MAX_HISTORY = 1_000  # rounds kept for the reward plot
@@ -89,7 +90,7 @@ class NodeView:
     phases_done: set[str] = field(default_factory=set)
     progress: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase -> (done, total)
     tokens_per_s: float = 0.0
-    last_round: dict = field(default_factory=dict)  # the last finished round's metrics
+    last_round: RoundRecord | None = None  # the last finished round's record
     # learning
     history: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # (round, own, peers)
     tasks: dict[str, TaskRow] = field(default_factory=dict)
@@ -134,7 +135,7 @@ class NodeView:
             self.phase = event.phase
             self._bump("round", "header")
         elif isinstance(event, RoundFinished):
-            self._round_finished(event.metrics)
+            self._round_finished(event.record)
         elif isinstance(event, RoundRollouts):
             for group in event.groups:
                 self.rollouts.appendleft(group)
@@ -172,13 +173,13 @@ class NodeView:
         lines, self.new_log = self.new_log, []
         return lines
 
-    def _round_finished(self, m: dict) -> None:
+    def _round_finished(self, m: RoundRecord) -> None:
         self.last_round = m
         self.phases_done = set(PHASES)
         self.phase = ""
-        self.history.append((m["round"], m["reward_mean"], m.get("external_reward_mean")))
-        levels = m.get("levels", {})
-        for dataset, success in m.get("per_dataset", {}).items():
+        self.history.append((m.round, m.reward_mean, m.external_reward_mean))
+        levels = m.levels
+        for dataset, success in m.per_dataset.items():
             row = self.tasks.get(dataset) or self.tasks.setdefault(dataset, TaskRow(dataset, 0, 0.0))
             row.last = success
             row.recent.append(success)
@@ -200,9 +201,9 @@ class NodeView:
     @property
     def external_share(self) -> str:
         m = self.last_round
-        if not m:
+        if m is None:
             return "-"
-        return f"{m.get('local_groups', 0)} local / {m.get('external_groups', 0)} external"
+        return f"{m.local_groups} local / {m.external_groups} external"
 
     def rollout(self, index: int) -> GroupView | None:
         return self.rollouts[index] if 0 <= index < len(self.rollouts) else None

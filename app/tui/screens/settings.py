@@ -13,7 +13,7 @@ from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
-from ...config import Config, ConfigError
+from ...config import Config, ConfigError, mix_problem
 from ...tasks import preset_names
 
 
@@ -64,9 +64,9 @@ def changes_from_form(values: dict[str, str], resolved_questions: int) -> dict[s
     external = _whole(values["external_groups"], "external groups (J)", blank_ok=False)
     threads = _whole(values["threads"], "threads", blank_ok=True)
     q = questions or resolved_questions
-    if external is not None and q and external >= q:
-        raise SettingsError(f"external groups (J = {external}) must be below questions per round (Q = {q}): "
-                            "at least one of the node's own groups is trained on each round")
+    problem = mix_problem(q, external) if external is not None and q else None
+    if problem:
+        raise SettingsError(problem)
     return {
         "round.questions": questions,
         "round.external_groups": external,

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...round import PHASES
+from ...events import PHASES
 from ..view import NodeView
 
 LABELS = {"tasks": "tasks", "generate": "generate", "score": "score", "share": "share",
@@ -28,7 +28,7 @@ class RoundPanel(Static):
         table.add_column(width=8)
         table.add_column(width=max(10, min(72, self.size.width - 30)))
         table.add_column(width=16, justify="right")
-        last_seconds = view.last_round.get("seconds", {}) if view.last_round else {}
+        last_seconds = view.last_round.seconds if view.last_round is not None else {}
         for phase in PHASES:
             fraction = view.phase_fraction(phase)
             active = phase == view.phase
@@ -63,10 +63,10 @@ class RoundPanel(Static):
     @staticmethod
     def _summary(view: NodeView) -> Text:
         m = view.last_round
-        if not m:
+        if m is None:
             return Text("no round finished yet", style="dim")
         text = Text()
-        text.append(f"last: round {m['round']}  ", style="bold")
-        text.append(f"reward {m['reward_mean']:.2f}  solved {m['solved']}/{m['questions']}  ")
-        text.append(f"signal {m['signal_share']:.0%}  {view.external_share}  {m.get('wall_seconds', 0):.0f}s")
+        text.append(f"last: round {m.round}  ", style="bold")
+        text.append(f"reward {m.reward_mean:.2f}  solved {m.solved}/{m.questions}  ")
+        text.append(f"signal {m.signal_share:.0%}  {view.external_share}  {m.wall_seconds:.0f}s")
         return text

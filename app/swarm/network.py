@@ -1,4 +1,4 @@
-"""The node's side of the swarm: share this round's groups, fetch what the sampler wants, count.
+"""The swarm's network side: share this round's groups, fetch what the sampler wants, count.
 
 Flow per round (all calls return at once; the network works in its own thread):
 1. `plan_fetches()` at the start of a round picks announced bundles within the inbound budget
@@ -70,7 +70,7 @@ class SwarmSettings:
     inbound_budget_bytes: int
 
 
-class Swarm:
+class SwarmNetwork:
     def __init__(self, settings: SwarmSettings, identity: Identity, inbox: Inbox, data_dir: Path, model: str) -> None:
         self.settings = settings
         self.identity = identity

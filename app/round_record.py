@@ -1,0 +1,100 @@
+"""The record of one finished round: what `metrics.jsonl` holds a line of, what checkpoints carry,
+what the headless printer, the TUI and `swarmling sim` read.
+
+One typed definition for all of them, so a renamed or missing field fails loudly instead of
+drifting between copies. On disk the record stays the flat JSON object it always was: the
+swarm's statistics are written beside the round's own fields (and only when the swarm is on),
+`train` only when the round trained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class TrainRecord(msgspec.Struct, kw_only=True, frozen=True):
+    loss: float
+    tokens: int
+    grad_norm: float
+    clip_fraction: float
+    ratio_mean: float
+    sampler_logprob_gap: float
+    sampler_ratio_outside: float
+
+
+class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
+    """Network figures of one round (bytes on the wire, after encryption)."""
+
+    peers: int = 0
+    peers_heard: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    announcements_in: int = 0
+    announcements_refused: dict[str, int] = msgspec.field(default_factory=dict)
+    bundles_fetched: int = 0
+    bundle_bytes_in: int = 0
+    fetch_failures: list[str] = msgspec.field(default_factory=list)
+    fetch_seconds_p50: float | None = None
+    announce_latency_s_p50: float | None = None
+
+
+SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)
+
+
+class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
+    # ---- the round itself (app/round.py) ----
+    round: int
+    reward_mean: float  # strict: the verifier's score
+    shaped_reward_mean: float  # with the format bonus
+    format_bonus: float
+    tag_rate: float
+    questions: int
+    completions: int
+    solved: int
+    signal_share: float  # groups with a non-zero advantage
+    local_groups: int
+    external_groups: int
+    external_available: int
+    # Peers' groups as this node's own verifier scored them (None: none were available).
+    external_reward_mean: float | None
+    trained_samples: int
+    generated_tokens: int
+    prefill_tokens: int
+    tokens_per_s: float
+    seconds: dict[str, float]  # per phase
+    per_dataset: dict[str, float]  # strict success per dataset
+    levels: dict[str, int]  # curriculum level per dataset after the round
+    train: TrainRecord | None = None  # None: no group had a signal, nothing trained
+    # ---- added by the node ----
+    external_rejected: int = 0
+    timestamp: float = 0.0
+    wall_seconds: float = 0.0
+    model: str = ""
+    preset: str = ""
+    backend: str = ""
+    # Resident memory after the round: a leak shows as a trend over hours (rl-swarm's Mac users
+    # saw 87 GB after 18 h), so every record carries it.
+    rss_bytes: int = 0
+    swarm: SwarmRoundStats | None = None  # None: the swarm is off
+
+    def to_dict(self) -> dict[str, Any]:
+        data = msgspec.to_builtins(self)
+        if data["train"] is None:
+            del data["train"]
+        swarm = data.pop("swarm")
+        return data | (swarm or {})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoundRecord:
+        """Raises msgspec.ValidationError when the object is not a round record."""
+        own = {k: v for k, v in data.items() if k not in SWARM_FIELDS}
+        if "peers" in data:
+            own["swarm"] = {k: v for k, v in data.items() if k in SWARM_FIELDS}
+        return msgspec.convert(own, cls)
+
+    @property
+    def swarm_stats(self) -> SwarmRoundStats:
+        """The swarm's figures, zeros when it was off."""
+        return self.swarm or SwarmRoundStats()

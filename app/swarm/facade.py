@@ -1,0 +1,180 @@
+"""The node's one door to the swarm: what the round loop asks of it, whether or not there is a
+network behind it.
+
+Per round: `start_round()` (fetches start while the node generates) → the round shares its
+groups through `sharer()` → `external_groups()` when the round samples its training set (bundles that arrived are
+verified now) → `finish_round()` with what the update trained on (returns the round's swarm
+figures). `OfflineSwarm` stands in when the swarm is off, so the node never asks which one it
+has; it still verifies bundles dropped into its inbox (local tools and tests feed it that way).
+
+Verification of peers' groups (inbox → intake → pool) is the same for both; networking (the
+libp2p host, the announcement board, the bundle protocol) sits behind `network.Swarm`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..config import Config
+from ..errors import NodeError
+from ..events import Listener, Notice, PeerView, SwarmUpdated
+from ..paths import Paths
+from ..rollout import QuestionGroup
+from ..round import ShareCallback
+from ..round_record import SwarmRoundStats
+from .inbox import DrainReport, Inbox
+from .intake import IntakeContext
+from .pool import GroupPool
+
+if TYPE_CHECKING:  # the network pulls in libp2p: imported only when the swarm is on
+    from .network import SwarmNetwork
+
+
+class OfflineSwarm:
+    """No network: peers' groups come only through `inbox.offer()`."""
+
+    name = ""
+    peer_id = ""
+
+    def __init__(self, emit: Listener, inbox: Inbox | None = None) -> None:
+        self.emit = emit
+        # Peers' bundles arrive here (from the network thread); rounds take J groups from its pool.
+        self.inbox = inbox or Inbox(GroupPool())
+        self._intakes: list[DrainReport] = []  # the round in flight's
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        return []
+
+    # ---- per round -----------------------------------------------------------------------------
+    def start_round(self, rng: np.random.Generator, budget_bytes: int | None) -> None:
+        self._intakes = []  # a dropped round's refusals are not the next one's
+
+    def sharer(self, round_no: int, prefill: str) -> ShareCallback | None:
+        """What the round calls with its scored groups; None: nobody to share with (no share phase)."""
+        return None
+
+    def external_groups(self, ctx: IntakeContext, wanted: bool) -> list[QuestionGroup]:
+        """Verify what arrived so far, then offer the pool (when the round takes external groups)."""
+        intake = self.inbox.drain(ctx)
+        self._intakes.append(intake)
+        for reason in intake.reasons:
+            self.emit(Notice("warning", f"refused from a peer: {reason}"))
+        self._blame(intake.by_peer)
+        return self.inbox.pool.available() if wanted else []
+
+    def finish_round(self, trained: Sequence[QuestionGroup], used_external: Sequence[QuestionGroup]) -> tuple[int, SwarmRoundStats | None]:
+        """Used groups leave the pool; returns the round's refused groups and network figures."""
+        self.inbox.pool.mark_used(used_external)
+        intakes, self._intakes = self._intakes, []
+        return sum(i.rejected for i in intakes), self._network_round(intakes, trained)
+
+    # ---- what the network adds -----------------------------------------------------------------
+    def _blame(self, refused_by_peer: dict[str, int]) -> None:
+        pass
+
+    def _network_round(self, intakes: list[DrainReport], trained: Sequence[QuestionGroup]) -> SwarmRoundStats | None:
+        return None
+
+    def announce_state(self) -> None:
+        """Tell the viewers who is connected and how many bytes moved."""
+
+    def stop(self) -> None:
+        pass
+
+
+class OnlineSwarm(OfflineSwarm):
+    """The same, with a libp2p host that fetches peers' bundles into the inbox and serves ours."""
+
+    def __init__(self, emit: Listener, network: SwarmNetwork, inbox: Inbox) -> None:
+        super().__init__(emit, inbox)
+        self.network = network
+        self.name = network.settings.name
+        self.peer_id = network.peer_id
+        self._alone: bool | None = None  # whether the last round had no peers, to say it once
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        return self.network.listen_addrs
+
+    def start_round(self, rng: np.random.Generator, budget_bytes: int | None) -> None:
+        super().start_round(rng, budget_bytes)
+        self.network.plan_fetches(rng, budget_bytes)  # fetches run on the network thread while we generate
+
+    def sharer(self, round_no: int, prefill: str) -> ShareCallback:
+        return lambda groups: self.network.share(groups, round_no, prefill)
+
+    def _blame(self, refused_by_peer: dict[str, int]) -> None:
+        for peer, count in refused_by_peer.items():
+            self.network.penalize(peer, count)
+
+    def _network_round(self, intakes: list[DrainReport], trained: Sequence[QuestionGroup]) -> SwarmRoundStats:
+        admitted: dict[str, int] = {}
+        for intake in intakes:
+            for peer, count in intake.admitted_by_peer.items():
+                admitted[peer] = admitted.get(peer, 0) + count
+        self.network.record_intake(admitted, trained)
+        stats = SwarmRoundStats(**self.network.round_stats())
+        self._say_if_alone(stats.peers)
+        return stats
+
+    def _say_if_alone(self, peers: int) -> None:
+        alone = peers == 0
+        if alone and self._alone is not True:
+            self.emit(Notice("info", "no peers connected: training on local groups only (still looking for some)"))
+        elif not alone and self._alone:
+            self.emit(Notice("info", f"connected to {peers} peer(s)"))
+        self._alone = alone
+
+    def announce_state(self) -> None:
+        bytes_in, bytes_out = self.network.totals()
+        peers: tuple[PeerView, ...] = self.network.peer_views()
+        self.emit(SwarmUpdated(self.peer_id, tuple(self.listen_addrs), peers, bytes_in, bytes_out))
+
+    def stop(self) -> None:
+        self.network.stop()
+
+
+def open_swarm(config: Config, paths: Paths, model_name: str, emit: Listener) -> OfflineSwarm:
+    """The swarm the config asks for, started; errors the user can fix become NodeError."""
+    sw = config.swarm
+    if not sw.enabled:
+        return OfflineSwarm(emit)
+    from .host import SwarmError
+    from .identity import IdentityError, load_or_create
+    from .network import SwarmNetwork, SwarmSettings
+
+    inbox = Inbox(GroupPool())
+    try:
+        identity = load_or_create(paths.data_dir)
+        network = SwarmNetwork(
+            SwarmSettings(
+                name=sw.name,
+                listen_host=sw.listen_host,
+                port=sw.port,
+                bootstrap=sw.bootstrap,
+                peers=sw.peers,
+                mdns=sw.mdns,
+                inbound_budget_bytes=sw.inbound_kib_per_round * 1024,
+            ),
+            identity,
+            inbox,
+            paths.data_dir,
+            model_name,
+        )
+        network.start()
+    except IdentityError as exc:
+        raise NodeError(str(exc)) from None
+    except ValueError as exc:  # a bootstrap / peer address that does not parse
+        raise NodeError(f"[swarm] {exc}") from None
+    except SwarmError as exc:
+        raise NodeError(
+            f"{exc}. Another program (or swarmling node) may hold port {sw.port}: pick another with "
+            "--port, --set swarm.port=0 for any free port, or run alone with --set swarm.enabled=false"
+        ) from None
+    swarm = OnlineSwarm(emit, network, inbox)
+    emit(Notice("info", f"swarm {sw.name!r}: peer {identity.peer_id}, listening on {', '.join(swarm.listen_addrs)}"))
+    return swarm

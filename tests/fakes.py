@@ -1,0 +1,113 @@
+"""A backend without a model, for pure-logic tests of the round, the node loop, pausing and intake.
+
+It keeps the contract that matters to its callers (token ids for text, G completions per prompt
+with one logprob per token, `should_stop` honoured between steps, `Abandoned` from training,
+state saved and restored) and nothing else: what it writes is not meant to be right. Whether a
+backend really samples and learns is tested on the real model (test_generation, test_training).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from swarmling.backends.base import (
+    Abandoned,
+    Backend,
+    BackendInfo,
+    ChatPrompt,
+    Completion,
+    GenerationResult,
+    ProgressCallback,
+    SamplingParams,
+    StopCheck,
+    TrainSample,
+    TrainStats,
+)
+
+# Some replies close the tag and some do not, so groups carry a (format) learning signal.
+REPLIES = ("4</answer>", "12</answer>", "7", "0</answer>", "maybe 3")
+
+
+class FakeBackend(Backend):
+    def __init__(self, step_seconds: float = 0.0) -> None:
+        self.step_seconds = step_seconds  # a pause between decode steps, so tests can stop mid-round
+        self.train_steps = 0
+        self.handoffs = 0
+        self.closed = False
+        self._tick = threading.Event()  # never set: an interruptible sleep
+
+    def info(self) -> BackendInfo:
+        return BackendInfo("fake", "no model", "fake", 0, "fake", "fake")
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(ch) % 997 for ch in text]
+
+    def encode_prompt(self, prompt: ChatPrompt) -> list[int]:
+        return self.tokenize(f"{prompt.system}\n{prompt.user}\n{prompt.prefill}")
+
+    def generate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        n: int,
+        params: SamplingParams,
+        should_stop: StopCheck | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> GenerationResult:
+        rng = np.random.default_rng(params.seed)
+        total, done, tokens = len(prompts) * n, 0, 0
+        completions: list[list[Completion]] = []
+        for _ in prompts:
+            group = []
+            for _ in range(n):
+                if self.step_seconds:
+                    self._tick.wait(self.step_seconds)
+                if should_stop is not None and should_stop():
+                    group.append(Completion("", [], [], "abandoned"))
+                    continue
+                text = REPLIES[int(rng.integers(len(REPLIES)))]
+                ids = self.tokenize(text)[: params.max_new_tokens]
+                group.append(Completion(text, ids, [-0.5] * len(ids), "stop" if "</answer>" in text else "eos"))
+                done, tokens = done + 1, tokens + len(ids)
+                if on_progress is not None:
+                    on_progress(done, total, tokens)
+            completions.append(group)
+        return GenerationResult(
+            [self.encode_prompt(p) for p in prompts], completions, seconds=0.01,
+            prefill_tokens=sum(len(self.encode_prompt(p)) for p in prompts), generated_tokens=tokens,
+        )
+
+    def train_step(
+        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
+    ) -> TrainStats:
+        if should_stop is not None and should_stop():
+            raise Abandoned("training abandoned")
+        self.train_steps += 1
+        tokens = sum(len(s.completion_ids) for s in samples)
+        if on_progress is not None:
+            on_progress(tokens, tokens, tokens)
+        return TrainStats(loss=0.0, tokens=tokens, samples=len(samples), seconds=0.0, grad_norm=0.0,
+                          clip_fraction=0.0, ratio_mean=1.0)
+
+    def hand_off(self) -> float:
+        self.handoffs += 1
+        return 0.0
+
+    def save_state(self, directory: Path) -> None:
+        (directory / "fake_state.json").write_text(json.dumps({"train_steps": self.train_steps}))
+
+    def load_state(self, directory: Path) -> None:
+        self.train_steps = json.loads((directory / "fake_state.json").read_text())["train_steps"]
+
+    def save_adapter(self, directory: Path) -> None:
+        (directory / "fake_adapter.json").write_text("{}")
+
+    def load_adapter(self, directory: Path) -> None:
+        (directory / "fake_adapter.json").read_text()
+
+    def close(self) -> None:
+        self.closed = True
