@@ -6,129 +6,26 @@ An honest node here is the real `Swarm` (host, board, inbox); a hostile peer is 
 
 from __future__ import annotations
 
-import dataclasses
-import struct
-import time
-
 import msgspec
 import numpy as np
 import pytest
-import trio
-
-from libp2p.peer.id import ID
+from swarm_peers import Hostile, bundle_and_announcement, connected_pair, honest, ignores, meshed, real_groups
 from waiting import wait_until
 
 from swarmling.app.round import SYSTEM_PROMPT
-from swarmling.app.swarm.host import HostSettings, SwarmHost
-from swarmling.app.swarm.identity import new_identity
-from swarmling.app.swarm.inbox import Inbox
 from swarmling.app.swarm.intake import IntakeContext
-from swarmling.app.swarm.pool import GroupPool
-from swarmling.app.swarm.network import SwarmNetwork as Swarm, SwarmSettings
-from swarmling.app.swarm.wire import (
-    PROTOCOL_VERSION,
-    AnnouncedGroup,
-    Announcement,
-    Bundle,
-    WireCompletion,
-    WireGroup,
-    WireSpec,
-    digest,
-    encode_announcement,
-    encode_bundle,
-)
-from swarmling.app.tasks import load_preset, regenerate
+from swarmling.app.swarm.wire import digest
 
 SWARM = "test"
-
-
-def honest(tmp_path, name: str, dial: tuple[str, ...] = (), *, fetch_timeout_s: float | None = None) -> Swarm:
-    identity = new_identity(tmp_path / name)
-    swarm = Swarm(
-        SwarmSettings(SWARM, "127.0.0.1", 0, dial, (), False, 256 * 1024),
-        identity, Inbox(GroupPool()), tmp_path / name, "smollm2-135m",
-    )
-    if fetch_timeout_s is not None:  # before start: the host reads its settings when it starts
-        swarm.host.settings = dataclasses.replace(swarm.host.settings, fetch_timeout_s=fetch_timeout_s)
-    swarm.start()
-    return swarm
-
-
-# py-libp2p's router state belongs to the host's trio thread: these read it there.
-def _on_network_thread(host: SwarmHost, read):
-    return trio.from_thread.run_sync(read, trio_token=host._trio._token)
-
-
-def meshed(sender: SwarmHost, receiver: str) -> bool:
-    """`receiver` is in `sender`'s gossip mesh: what `sender` publishes or relays now reaches it."""
-    router = sender._pubsub.router
-    return _on_network_thread(sender, lambda: ID.from_base58(receiver) in router.mesh.get(sender.settings.topic, ()))
-
-
-def ignores(node: SwarmHost, forwarder: str) -> bool:
-    """`node` drops what `forwarder` sends before validating it: its score is under the publish threshold."""
-    scorer = node._pubsub.router.scorer
-    return _on_network_thread(node, lambda: not scorer.allow_publish(ID.from_base58(forwarder), [node.settings.topic]))
-
-
-class Hostile(SwarmHost):
-    """A peer that publishes anything and serves whatever `bodies` holds (or misbehaves)."""
-
-    def __init__(self, tmp_path, dial: tuple[str, ...] = (), *, misbehave: str | None = None):
-        identity = new_identity(tmp_path / "hostile")
-        self.bodies: dict[str, bytes] = {}
-        self.misbehave = misbehave
-        super().__init__(
-            HostSettings(SWARM, PROTOCOL_VERSION, "127.0.0.1", 0, dial, publish_interval_s=0.0),
-            identity.key_pair,
-            gossip_validator=lambda origin, data: True,
-            serve_bundle=self.bodies.get,
-            on_fetched=lambda *a: None,
-        )
-
-    async def _serve_stream(self, stream) -> None:
-        if self.misbehave is None:
-            return await super()._serve_stream(stream)
-        if self.misbehave == "never answers":
-            await trio.sleep(3600)
-        body = self.bodies.get((await stream.read(65)).strip().decode(), b"")
-        if self.misbehave == "lies about the size":
-            await stream.write(struct.pack(">I", 100_000) + body)
-        else:  # "disconnects mid-transfer": the right header, a third of the body, then a reset
-            await stream.write(struct.pack(">I", len(body)) + body[: len(body) // 3])
-        await stream.reset()
 
 
 @pytest.fixture
 def pair(tmp_path):
     """An honest node B, and a hostile peer H dialling it."""
-    b = honest(tmp_path, "b")
-    h = Hostile(tmp_path, dial=(b.listen_addrs[0],))
-    h.start()
-    assert wait_until(lambda: b.host.connected_peers() and h.connected_peers())
-    assert wait_until(lambda: meshed(h, b.peer_id))  # a heartbeat or two: the gossip mesh forms
+    b, h = connected_pair(tmp_path)
     yield b, h
     h.stop()
     b.stop()
-
-
-def real_groups(n: int = 2, completions=("<answer>4</answer>", "<answer>5</answer>")) -> list[WireGroup]:
-    preset = load_preset("starter")
-    groups = []
-    for i in range(n):
-        spec = preset.spec(preset.datasets[0], 0, 7, i)
-        task = regenerate(spec)
-        wire_spec = WireSpec(spec.preset, spec.dataset, spec.config, spec.seed, spec.index)
-        groups.append(WireGroup(wire_spec, task.question_hash, [WireCompletion(t, 3, -2.0) for t in completions]))
-    return groups
-
-
-def bundle_and_announcement(peer: str, groups: list[WireGroup], round_no: int = 1, addrs=()) -> tuple[bytes, bytes]:
-    bundle = Bundle(PROTOCOL_VERSION, SWARM, peer, "smollm2-135m", round_no, time.time(), groups)
-    body = encode_bundle(bundle)
-    ann = Announcement(PROTOCOL_VERSION, SWARM, peer, "smollm2-135m", round_no, time.time(), digest(body), len(body),
-                       list(addrs), [AnnouncedGroup(g.spec, 0.5) for g in groups])
-    return body, encode_announcement(ann)
 
 
 # ---- joining and exchanging -----------------------------------------------------------------------

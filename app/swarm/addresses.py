@@ -17,14 +17,38 @@ def interface_hosts() -> list[str]:
     return sorted(hosts, key=lambda h: (h.startswith("127."), h)) or ["127.0.0.1"]
 
 
+def _host_of(addr: str) -> str:
+    parts = addr.split("/")
+    return parts[2] if len(parts) > 2 and parts[1] in ("ip4", "ip6") else ""
+
+
+def is_unspecified(addr: str) -> bool:
+    """A wildcard listen address (0.0.0.0, ::): dialling it reaches the dialler's own machine."""
+    return _host_of(addr) in ("0.0.0.0", "::")
+
+
+def is_loopback(addr: str) -> bool:
+    """127.x or ::1: this machine, whoever dials it."""
+    host = _host_of(addr)
+    return host.startswith("127.") or host == "::1"
+
+
 def dialable_addrs(addrs: list[str], peer_id: str) -> list[str]:
-    """Listen addresses as peers can dial them: /0.0.0.0/ expanded to each interface, /p2p/<id> appended."""
+    """Listen addresses as other machines can dial them: /0.0.0.0/ expanded to each interface,
+    loopback left out unless there is nothing else (a node listening on 127.0.0.1 only), never a
+    wildcard; /p2p/<id> appended when given.
+
+    Peers dial the first address they know, and every node listens on the same default port: a
+    wildcard or loopback address handed to a peer on another machine makes it dial itself.
+    """
     out = []
     for addr in addrs:
         addr = addr.split("/p2p/")[0]
         if addr.startswith("/ip4/0.0.0.0/"):
             rest = addr[len("/ip4/0.0.0.0") :]
             out += [f"/ip4/{h}{rest}" for h in interface_hosts()]
-        else:
+        elif not is_unspecified(addr):
             out.append(addr)
-    return [f"{a}/p2p/{peer_id}" for a in dict.fromkeys(out)]
+    remote = [a for a in out if not is_loopback(a)]
+    suffix = f"/p2p/{peer_id}" if peer_id else ""
+    return [f"{a}{suffix}" for a in dict.fromkeys(remote or out)]

@@ -6,8 +6,17 @@ it: a node asks the author directly, on the swarm's bundle protocol. Framing:
     request   <digest, ASCII hex>\\n                       at most REQUEST_LINE_LIMIT bytes
     reply     <length: 4 bytes big-endian><bundle>        length 0: "no longer have it"
 
-Both sides give up after the fetch timeout; uploads and downloads in flight are bounded
-(MAX_SERVING, MAX_FETCHING), and more wait their turn.
+Every wait has a deadline sized to what it waits for, so a peer can hold a slot only as long as it
+keeps delivering:
+- fetching: dialling an unconnected author has its own slots (MAX_DIALING) and a short deadline
+  (DIAL_TIMEOUT_S), and an author that could not be dialled is not tried again for a while
+  (`DialCooldown`): unreachable authors never hold the transfer slots (MAX_FETCHING) that
+  reachable ones need. A transfer must start within FIRST_BYTE_S and keep at least MIN_RATE_BPS
+  (and end within the fetch timeout); one transfer per author at a time.
+- serving: a request must arrive within REQUEST_TIMEOUT_S, a peer gets at most
+  MAX_SERVING_PER_PEER of the MAX_SERVING upload slots, a stream waits at most SERVE_QUEUE_S for
+  one, and the reply must leave at MIN_RATE_BPS: streams that never ask, or read slowly, are reset.
+Every fetch asked for gets an outcome (`FetchDone`), even one cut short by the host stopping.
 """
 
 from __future__ import annotations
@@ -23,14 +32,21 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
-from .dialer import parse_peer_addr
+from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr
 
 log = logging.getLogger("swarmling.swarm")
 
-MAX_SERVING = 8  # bundle uploads in flight at once; more requests wait
-MAX_FETCHING = 4
+MAX_SERVING = 8  # bundle uploads in flight at once
+MAX_SERVING_PER_PEER = 2  # so a few peers cannot take them all
+SERVE_QUEUE_S = 2.0  # longest a request waits for an upload slot before its stream is reset
+REQUEST_TIMEOUT_S = 3.0  # a stream that has not asked for anything by then is reset
+MAX_FETCHING = 4  # transfers in flight at once
+MAX_DIALING = 2  # dials to unconnected authors at once, apart from the transfers
+FIRST_BYTE_S = 5.0  # the reply header must arrive (or leave) within this
+MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peers are cut off
 REQUEST_LINE_LIMIT = 80
 CLOSE_TIMEOUT_S = 2.0  # closing a connection made only for one fetch
+ABANDONED = "not fetched: the swarm host stopped first"
 
 BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we still have it
 FetchDone = Callable[[str, str, bytes | None, str, float], None]  # peer, digest, body|None, why, seconds
@@ -48,6 +64,7 @@ class BundleExchange:
         on_fetched: FetchDone,
         latencies_s: deque[float],
         keeps_connection: Callable[[str], bool],
+        cooldown: DialCooldown,
     ) -> None:
         self._host = host
         self._protocol = protocol
@@ -56,8 +73,12 @@ class BundleExchange:
         self._on_fetched = on_fetched
         self._latencies_s = latencies_s  # successful fetches' durations are appended here
         self._keeps_connection = keeps_connection  # peer id -> is it a dial target
+        self._cooldown = cooldown  # authors we could not dial lately
         self._fetch_limit = trio.Semaphore(MAX_FETCHING)
+        self._dial_limit = trio.Semaphore(MAX_DIALING)
         self._serve_limit = trio.Semaphore(MAX_SERVING)
+        self._fetching: set[str] = set()  # authors with a fetch in flight
+        self._serving: dict[str, int] = {}  # peer -> uploads in flight or waiting
 
     async def fetch_each(self, requests: trio.MemoryReceiveChannel) -> None:
         """Fetch every (peer, digest, max_bytes, addrs) that arrives, concurrently."""
@@ -68,72 +89,132 @@ class BundleExchange:
     async def fetch(self, peer: str, digest: str, max_bytes: int, addrs: tuple[str, ...]) -> None:
         """Fetch one bundle; the outcome, success or why not, always goes to `on_fetched`."""
         started = time.perf_counter()
-        body, why = None, ""
+        body, why = None, ABANDONED  # what stays if the host stops under us
+        try:
+            body, why = await self._fetch_once(peer, digest, max_bytes, addrs)
+        finally:
+            seconds = time.perf_counter() - started
+            if body is not None:
+                self._latencies_s.append(seconds)
+            self._on_fetched(peer, digest, body, why, seconds)
+
+    async def _fetch_once(self, peer: str, digest: str, max_bytes: int, addrs) -> tuple[bytes | None, str]:
+        if peer in self._fetching:
+            return None, "a fetch from this peer is already in flight"
+        self._fetching.add(peer)
         transient = False
-        async with self._fetch_limit:
-            with trio.move_on_after(self._timeout_s) as scope:
-                try:
-                    pid = ID.from_base58(peer)
-                    if peer not in {p.to_base58() for p in self._host.get_connected_peers()}:
-                        infos = [i for i in (_peer_info_or_none(a) for a in addrs) if i and i.peer_id == pid]
-                        if not infos:
-                            raise ConnectionError("not connected and no address announced")
-                        await self._host.connect(infos[0])
-                        # A connection made only for this fetch is closed after it: every open
-                        # connection carries gossip control traffic, so keeping them would make a
-                        # node's traffic grow with the number of peers it ever fetched from.
-                        transient = not self._keeps_connection(peer)
+        try:
+            pid = ID.from_base58(peer)
+            if peer not in {p.to_base58() for p in self._host.get_connected_peers()}:
+                failed = await self._dial(peer, pid, addrs)
+                if failed:
+                    return None, failed
+                # A connection made only for this fetch is closed after it: every open
+                # connection carries gossip control traffic, so keeping them would make a
+                # node's traffic grow with the number of peers it ever fetched from.
+                transient = not self._keeps_connection(peer)
+            async with self._fetch_limit:
+                with trio.move_on_after(self._timeout_s) as scope:
                     stream = await self._host.new_stream(pid, [self._protocol])
                     try:
-                        body, why = await _request(stream, digest, max_bytes)
+                        return await _request(stream, digest, max_bytes)
                     finally:
-                        await stream.close()
-                except Exception as exc:  # noqa: BLE001 — the peer vanished, reset, spoke nonsense
-                    why = f"fetch failed: {type(exc).__name__}: {exc}"[:200]
-                    body = None
-            if scope.cancelled_caught:
-                why, body = f"fetch timed out after {self._timeout_s:.0f} s", None
+                        await _reset_quietly(stream)
+            assert scope.cancelled_caught
+            return None, f"fetch timed out after {self._timeout_s:.0f} s"
+        except Exception as exc:  # noqa: BLE001 — the peer vanished, reset, spoke nonsense
+            return None, f"fetch failed: {type(exc).__name__}: {exc}"[:200]
+        finally:
+            self._fetching.discard(peer)
             if transient:
                 with trio.move_on_after(CLOSE_TIMEOUT_S):
                     try:
                         await self._host.disconnect(ID.from_base58(peer))
                     except Exception as exc:  # noqa: BLE001 — already gone is fine
                         log.debug("closing the fetch connection to %s: %s", peer[:16], exc)
-        seconds = time.perf_counter() - started
-        if body is not None:
-            self._latencies_s.append(seconds)
-        self._on_fetched(peer, digest, body, why, seconds)
+
+    async def _dial(self, peer: str, pid: ID, addrs) -> str:
+        """Connect to an author for a fetch; "" once connected, else why not (and it cools down)."""
+        if self._cooldown.blocked(peer):
+            return "could not be dialled lately: not tried again yet"
+        infos = [i for i in (_peer_info_or_none(a) for a in addrs) if i and i.peer_id == pid]
+        if not infos:
+            return "not connected and no address announced"
+        async with self._dial_limit:
+            with trio.move_on_after(DIAL_TIMEOUT_S):
+                try:
+                    await self._host.connect(infos[0])
+                    self._cooldown.succeeded(peer)
+                    return ""
+                except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
+                    self._cooldown.failed(peer)
+                    return f"dial failed: {type(exc).__name__}: {exc}"[:200]
+        self._cooldown.failed(peer)
+        return f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
 
     async def serve(self, stream) -> None:
-        """The protocol's stream handler: answer one request, then close."""
-        async with self._serve_limit:
-            try:
-                with trio.move_on_after(self._timeout_s):
+        """The protocol's stream handler: answer one request within its deadlines, then close."""
+        peer = _remote_peer(stream)
+        if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER:
+            await _reset_quietly(stream)
+            return
+        self._serving[peer] = self._serving.get(peer, 0) + 1
+        try:
+            if await self._answer(stream):
+                with trio.move_on_after(CLOSE_TIMEOUT_S):
+                    await stream.close()
+                return
+        except Exception as exc:  # noqa: BLE001 — a requester that hangs up is not our problem
+            log.debug("serving a bundle to %s failed: %s", peer[:16], exc)
+        finally:
+            self._serving[peer] -= 1
+            if not self._serving[peer]:
+                del self._serving[peer]
+        await _reset_quietly(stream)
+
+    async def _answer(self, stream) -> bool:
+        """Read the request and write the reply; False when a deadline or a slot ran out."""
+        with trio.move_on_after(SERVE_QUEUE_S):
+            async with self._serve_limit:
+                with trio.move_on_after(REQUEST_TIMEOUT_S):
                     request = await _read_line(stream, REQUEST_LINE_LIMIT)
                     body = self._source(request.decode("ascii", "replace"))
-                    if body is None:
-                        await stream.write(struct.pack(">I", 0))
-                    else:
-                        await stream.write(struct.pack(">I", len(body)) + body)
-            except Exception as exc:  # noqa: BLE001 — a requester that hangs up is not our problem
-                log.debug("serving a bundle failed: %s", exc)
-            finally:
-                try:
-                    await stream.close()
-                except Exception:  # noqa: BLE001
-                    pass
+                    reply = struct.pack(">I", 0) if body is None else struct.pack(">I", len(body)) + body
+                    with trio.move_on_after(FIRST_BYTE_S + len(reply) / MIN_RATE_BPS) as writing:
+                        await stream.write(reply)
+                    return not writing.cancelled_caught
+        return False
 
 
 async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, str]:
     """Ask for one bundle on an open stream: (body, "") or (None, why not)."""
     await stream.write(digest.encode("ascii") + b"\n")
-    header = await _read_exact(stream, 4)
+    with trio.move_on_after(FIRST_BYTE_S) as waiting:
+        header = await _read_exact(stream, 4)
+    if waiting.cancelled_caught:
+        return None, f"no reply within {FIRST_BYTE_S:.0f} s"
     (length,) = struct.unpack(">I", header)
     if length == 0:
         return None, "the peer no longer has that bundle"
     if length > max_bytes:
         return None, f"announced bundle is {length} bytes, over the {max_bytes} limit"
-    return await _read_exact(stream, length), ""
+    with trio.move_on_after(FIRST_BYTE_S + length / MIN_RATE_BPS):
+        return await _read_exact(stream, length), ""
+    return None, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s"
+
+
+async def _reset_quietly(stream) -> None:
+    try:
+        await stream.reset()
+    except Exception:  # noqa: BLE001 — already closed or gone
+        pass
+
+
+def _remote_peer(stream) -> str:
+    try:
+        return stream.muxed_conn.peer_id.to_base58()
+    except AttributeError:
+        return "?"
 
 
 def _peer_info_or_none(text: str) -> PeerInfo | None:

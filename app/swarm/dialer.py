@@ -5,6 +5,12 @@ retried at least every NAMED_BACKOFF_MAX_S), the peers remembered from earlier r
 discovered on the LAN by mDNS (maybe gone for good: they back off to BACKOFF_MAX_S). Nobody else
 is dialled: py-libp2p's own auto-connector is off (see host.py), so connections stay bounded
 whatever the swarm's size.
+
+A target is always dialled at its configured address, whatever identify said since (the address
+is pinned in the peerstore, peerstore.py), and a named target skips py-libp2p's 60 s "recently
+failed" cache: a restarted bootstrap or helper is found again at the next try (≤ 15 s).
+`DialCooldown` is the same idea for the authors of bundles: one that could not be dialled is not
+dialled again for a while, so it cannot keep taking fetch slots.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 log = logging.getLogger("swarmling.swarm")
 
-DIAL_TIMEOUT_S = 10.0
+DIAL_TIMEOUT_S = 5.0  # a TCP + Noise + yamux handshake takes well under a second where it works
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 2.0, 300.0
 NAMED_BACKOFF_MAX_S = 15.0
 MAX_DIAL_TARGETS = 256  # discovered peers beyond this are not dialled
 LOOP_INTERVAL_S = 1.0
+COOLDOWN_FIRST_S, COOLDOWN_MAX_S = 30.0, 600.0
+MAX_COOLDOWNS = 1024
 
 
 def parse_peer_addr(text: str) -> PeerInfo:
@@ -80,6 +88,8 @@ class Dialer:
 
     async def run(self, host) -> None:
         """Dial every target not connected whose backoff has passed, once a second, forever."""
+        for info in self._targets.values():
+            _pin(host, info)
         while True:
             self._take_discovered()
             self._refresh_connected(host)
@@ -91,6 +101,8 @@ class Dialer:
                 next_try, delay = self._backoff.get(pid, (0.0, BACKOFF_FIRST_S))
                 if now < next_try:
                     continue
+                if pid in self._named:
+                    _forget_failures(host, info)
                 if await self._dial(host, pid, info):
                     self._backoff.pop(pid, None)
                     self._remember(info)
@@ -100,6 +112,11 @@ class Dialer:
                     self._backoff[pid] = (time.monotonic() + delay * jitter, min(cap, delay * 2))
             self._refresh_connected(host)
             await trio.sleep(LOOP_INTERVAL_S)
+
+    def forget_connections(self) -> None:
+        """The host went down: nobody is connected until the next one says so."""
+        with self._lock:
+            self._connected = set()
 
     def _take_discovered(self) -> None:
         with self._lock:
@@ -130,3 +147,43 @@ class Dialer:
             with self._lock:
                 self._dialled[pid] = f"{info.addrs[0]}/p2p/{pid}"
                 self._connected.add(pid)
+
+
+def _pin(host, info: PeerInfo) -> None:
+    pin = getattr(host.get_peerstore(), "pin", None)  # DialablePeerstore's
+    if pin is not None and info.addrs:
+        pin(info.peer_id, info.addrs[0])
+
+
+def _forget_failures(host, info: PeerInfo) -> None:
+    """Drop py-libp2p's "recently failed all addresses" mark (60 s) for a peer we mean to retry now."""
+    cache = getattr(host.get_network(), "_negative_peer_cache", None)  # private in 0.8.1: best effort
+    if cache is not None:
+        cache.evict(str(info.peer_id))
+
+
+class DialCooldown:
+    """Peers that could not be dialled lately, each blocked for 30 s, doubling per failure to 10 min.
+
+    Written on the network thread, read from the round loop (whom not to plan fetches from)."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._until: dict[str, tuple[float, float]] = {}  # peer -> (blocked until, next delay)
+
+    def failed(self, peer: str) -> None:
+        with self._lock:
+            _, delay = self._until.pop(peer, (0.0, COOLDOWN_FIRST_S))
+            self._until[peer] = (self._clock() + delay, min(COOLDOWN_MAX_S, delay * 2))
+            while len(self._until) > MAX_COOLDOWNS:
+                self._until.pop(next(iter(self._until)))
+
+    def succeeded(self, peer: str) -> None:
+        with self._lock:
+            self._until.pop(peer, None)
+
+    def blocked(self, peer: str) -> bool:
+        with self._lock:
+            entry = self._until.get(peer)
+            return entry is not None and self._clock() < entry[0]

@@ -37,21 +37,23 @@ from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
-from .addresses import dialable_addrs, interface_hosts
-from .bundle_protocol import BundleExchange, BundleSource, FetchDone
+from .addresses import dialable_addrs, interface_hosts, is_loopback
+from .bundle_protocol import ABANDONED, BundleExchange, BundleSource, FetchDone
 from .counting_transport import Counters, CountingTCP
-from .dialer import Dialer, parse_peer_addr
+from .dialer import DialCooldown, Dialer, parse_peer_addr
 from .identity import peer_id_of
+from .peerstore import DialablePeerstore
+from .pubsub_guard import GuardedPubsub
+from .supervision import HealthBoard, HostHealth, RestartBackoff, describe
 from .trio_bridge import TrioThread
 
 # The names other modules import from here; the address helpers and parse_peer_addr live next door.
-__all__ = ["HostSettings", "SwarmError", "SwarmHost", "interface_hosts", "parse_peer_addr"]
+__all__ = ["HostHealth", "HostSettings", "SwarmError", "SwarmHost", "interface_hosts", "parse_peer_addr"]
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -134,8 +136,11 @@ class SwarmHost:
         self.fetch_latency_s: deque[float] = deque(maxlen=64)  # recent successful fetches (bounded: hours of rounds)
         self._trio = TrioThread("swarmling-libp2p", self._main)
         self._dialer = Dialer(self.peer_id)
+        self.cooldown = DialCooldown()  # bundle authors we could not dial lately
         self._publish_send: trio.MemorySendChannel | None = None
         self._fetch_send: trio.MemorySendChannel | None = None
+        self._health = HealthBoard()
+        self._bound_port = 0  # the port the first start got (settings may say 0): restarts keep it
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -163,19 +168,55 @@ class SwarmHost:
         """Dialable addresses of connected peers that we reached by dialling."""
         return self._dialer.connected_addrs()
 
+    def health(self) -> HostHealth:
+        """Whether the host runs now, how often it was restarted, and the last failure's cause."""
+        return self._health.snapshot()
+
     # ---- the trio side -----------------------------------------------------------------------
     async def _main(self) -> None:
+        """Run the host, supervised: when py-libp2p fails, log why, tear it down, start it again."""
+        publish_send, publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
+        fetch_send, fetch_recv = trio.open_memory_channel(FETCH_QUEUE)
+        backoff = RestartBackoff()
+        port = self.settings.port
+        try:
+            while True:
+                started = trio.current_time()
+                try:
+                    await self._run_host(port, publish_recv, fetch_recv, (publish_send, fetch_send))
+                    return  # stopped on request
+                except Exception as exc:  # noqa: BLE001 — any service's failure: restart, never give up
+                    if not self._trio.is_ready:
+                        raise  # the first start: the caller says what to change (port taken, …)
+                    cause = describe(exc)
+                    delay = backoff.next_delay(trio.current_time() - started)
+                    self._health.down(cause, restarting=True)
+                    log.error("swarm host failed (%s); restarting it in %.0f s", cause, delay, exc_info=exc)
+                port = self._bound_port or port  # peers remember our address: keep it
+                with trio.move_on_after(delay):
+                    await self._trio.until_stopped()
+                    return
+        finally:
+            self._health.down(None, restarting=False)
+            self._abandon_fetches(fetch_recv)
+
+    async def _run_host(self, port: int, publish_recv, fetch_recv, senders) -> None:
+        """One life of the libp2p host; returns when stopped, raises when any of its services fails."""
         s = self.settings
         noise = NoiseTransport(self.key_pair, noise_privkey=create_x25519_key_pair().private_key)
-        listen = multiaddr.Multiaddr(f"/ip4/{s.listen_host}/tcp/{s.port}")
+        listen = multiaddr.Multiaddr(f"/ip4/{s.listen_host}/tcp/{port}")
         host = new_host(
             key_pair=self.key_pair,
             sec_opt={NOISE_PROTOCOL_ID: noise},  # Noise only: never plaintext
+            peerstore_opt=DialablePeerstore(loopback_ok=is_loopback(str(listen))),
+            # identify advertises these: never the wildcard we listen on (peers would dial themselves)
+            addrs_factory=lambda found: [multiaddr.Multiaddr(a) for a in dialable_addrs([str(m) for m in found], "")],
             listen_addrs=[listen],
             transports=[CountingTCP(self.counters)],
             enable_mDNS=s.mdns,
             connection_config=CONNECTIONS,
         )
+        self._host = host
         gossipsub = GossipSub(
             protocols=[GOSSIPSUB_PROTOCOL],
             degree=6,
@@ -186,13 +227,12 @@ class SwarmHost:
             spam_protection_enabled=False,
             score_params=_score_params(lambda pid: self._app_score(pid.to_base58())),
         )
-        pubsub = Pubsub(host, gossipsub, strict_signing=True)
+        pubsub = GuardedPubsub(host, gossipsub, strict_signing=True)
         self._pubsub = pubsub
         pubsub.set_topic_validator(s.topic, self._gossip_validator, False)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
-                                       self.fetch_latency_s, keeps_connection=self._dialer.is_target)
-        publish_send, publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
-        fetch_send, fetch_recv = trio.open_memory_channel(FETCH_QUEUE)
+                                       self.fetch_latency_s, keeps_connection=self._dialer.is_target,
+                                       cooldown=self.cooldown)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
@@ -204,8 +244,11 @@ class SwarmHost:
                     await pubsub.wait_until_ready()
                     subscription = await pubsub.subscribe(s.topic)
                     self.listen_addrs = dialable_addrs([str(a) for a in host.get_addrs()], self.peer_id)
-                    self._publish_send, self._fetch_send = publish_send, fetch_send
-                    self._trio.ready()
+                    self._bound_port = _tcp_port(self.listen_addrs) or port
+                    if not self._trio.is_ready:
+                        self._publish_send, self._fetch_send = senders
+                        self._trio.ready()
+                    self._health.up()
                     nursery.start_soon(self._drain_subscription, subscription)
                     nursery.start_soon(self._publish_loop, publish_recv)
                     nursery.start_soon(self._bundles.fetch_each, fetch_recv)
@@ -213,10 +256,20 @@ class SwarmHost:
                     await self._trio.until_stopped()
                     nursery.cancel_scope.cancel()
         finally:
+            self._dialer.forget_connections()
             if s.mdns:
                 from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
                 peerDiscovery.unregister_peer_discovered_handler(self._dialer.discovered)
+
+    def _abandon_fetches(self, fetch_recv) -> None:
+        """Fetches asked for but never started still get an outcome: the node's figures count them."""
+        while True:
+            try:
+                peer, digest, _max_bytes, _addrs = fetch_recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            self._on_fetched(peer, digest, None, ABANDONED, 0.0)
 
     async def _serve_stream(self, stream) -> None:
         # The bundle protocol's handler, as a method: a test peer overrides it to misbehave.
@@ -251,3 +304,11 @@ class SwarmHost:
             except Exception as exc:  # noqa: BLE001 — no peers, closing: the next round publishes again
                 log.info("publish failed: %s", exc)
             await trio.sleep(self.settings.publish_interval_s)
+
+
+def _tcp_port(addrs: list[str]) -> int:
+    for addr in addrs:
+        parts = addr.split("/")
+        if "tcp" in parts:
+            return int(parts[parts.index("tcp") + 1])
+    return 0

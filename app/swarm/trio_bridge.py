@@ -65,6 +65,11 @@ class TrioThread:
         return True
 
     # ---- the trio side -----------------------------------------------------------------------
+    @property
+    def is_ready(self) -> bool:
+        """`ready()` was called: `start` has returned, a later failure is the caller's to survive."""
+        return self._ready.is_set() and self.start_error is None
+
     def ready(self) -> None:
         """Called by `main` in trio: `start` returns, and other threads can now reach it."""
         self._token = trio.lowlevel.current_trio_token()

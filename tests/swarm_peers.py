@@ -1,0 +1,162 @@
+"""Peers for swarm tests on 127.0.0.1: honest nodes (the real `SwarmNetwork`) and a `Hostile`
+host that publishes, serves and sends raw bytes however the test makes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import time
+
+import trio
+from libp2p.peer.id import ID
+from libp2p.utils.varint import encode_varint_prefixed
+
+from swarmling.app.swarm.host import GOSSIPSUB_PROTOCOL, HostSettings, SwarmHost
+from swarmling.app.swarm.identity import new_identity
+from swarmling.app.swarm.inbox import Inbox
+from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings
+from swarmling.app.swarm.pool import GroupPool
+from swarmling.app.swarm.wire import (
+    PROTOCOL_VERSION,
+    AnnouncedGroup,
+    Announcement,
+    Bundle,
+    WireCompletion,
+    WireGroup,
+    WireSpec,
+    digest,
+    encode_announcement,
+    encode_bundle,
+)
+from swarmling.app.tasks import load_preset, regenerate
+
+SWARM = "test"
+
+
+def honest(tmp_path, name: str, dial: tuple[str, ...] = (), *, port: int = 0, **host_settings) -> SwarmNetwork:
+    identity = new_identity(tmp_path / name)
+    swarm = SwarmNetwork(
+        SwarmSettings(SWARM, "127.0.0.1", port, dial, (), False, 256 * 1024),
+        identity, Inbox(GroupPool()), tmp_path / name, "smollm2-135m",
+    )
+    if host_settings:  # before start: the host reads its settings when it starts
+        swarm.host.settings = dataclasses.replace(swarm.host.settings, **host_settings)
+    swarm.start()
+    return swarm
+
+
+def on_network_thread(host: SwarmHost, read):
+    """Run `read()` on the host's trio thread: py-libp2p's state belongs to it."""
+    return trio.from_thread.run_sync(read, trio_token=host._trio._token)
+
+
+def run_on_network_thread(host: SwarmHost, afn, *args):
+    """Await `afn(*args)` on the host's trio thread."""
+    return trio.from_thread.run(afn, *args, trio_token=host._trio._token)
+
+
+def meshed(sender: SwarmHost, receiver: str) -> bool:
+    """`receiver` is in `sender`'s gossip mesh: what `sender` publishes or relays now reaches it."""
+    router = sender._pubsub.router
+    return on_network_thread(sender, lambda: ID.from_base58(receiver) in router.mesh.get(sender.settings.topic, ()))
+
+
+def ignores(node: SwarmHost, forwarder: str) -> bool:
+    """`node` drops what `forwarder` sends before validating it: its score is under the publish threshold."""
+    scorer = node._pubsub.router.scorer
+    return on_network_thread(node, lambda: not scorer.allow_publish(ID.from_base58(forwarder), [node.settings.topic]))
+
+
+class Hostile(SwarmHost):
+    """A peer that publishes anything and serves whatever `bodies` holds (or misbehaves)."""
+
+    def __init__(self, tmp_path, dial: tuple[str, ...] = (), *, misbehave: str | None = None, name: str = "hostile"):
+        identity = new_identity(tmp_path / name)
+        self.bodies: dict[str, bytes] = {}
+        self.misbehave = misbehave
+        super().__init__(
+            HostSettings(SWARM, PROTOCOL_VERSION, "127.0.0.1", 0, dial, publish_interval_s=0.0),
+            identity.key_pair,
+            gossip_validator=lambda origin, data: True,
+            serve_bundle=self.bodies.get,
+            on_fetched=lambda *a: None,
+        )
+
+    async def _serve_stream(self, stream) -> None:
+        if self.misbehave is None:
+            return await super()._serve_stream(stream)
+        if self.misbehave == "never answers":
+            await trio.sleep(3600)
+        body = self.bodies.get((await stream.read(65)).strip().decode(), b"")
+        if self.misbehave == "lies about the size":
+            await stream.write(struct.pack(">I", 100_000) + body)
+        elif self.misbehave == "trickles":  # the right header, then a byte every 2 s
+            await stream.write(struct.pack(">I", len(body)))
+            for byte in body:
+                await stream.write(bytes([byte]))
+                await trio.sleep(2.0)
+        else:  # "disconnects mid-transfer": the right header, a third of the body, then a reset
+            await stream.write(struct.pack(">I", len(body)) + body[: len(body) // 3])
+        await stream.reset()
+
+    # ---- raw bytes on the victim's protocols ----------------------------------------------------
+    def send_raw(self, peer: str, protocol: str, data: bytes, *, read_s: float = 0.0) -> bytes:
+        """Open a stream to `peer` on `protocol`, write `data`, read for up to `read_s`; what came back."""
+
+        async def go() -> bytes:
+            stream = await self._host.new_stream(ID.from_base58(peer), [protocol])
+            got = b""
+            try:
+                if data:
+                    await stream.write(data)
+                with trio.move_on_after(read_s):
+                    while read_s and len(got) < 1 << 20:
+                        chunk = await stream.read(65536)
+                        if not chunk:
+                            break
+                        got += chunk
+            except Exception:  # noqa: BLE001 — the victim hanging up is an answer too
+                pass
+            finally:
+                try:
+                    await stream.reset()
+                except Exception:  # noqa: BLE001
+                    pass
+            return got
+
+        return run_on_network_thread(self, go)
+
+    def send_rpc(self, peer: str, rpc: bytes) -> None:
+        """One gossipsub RPC frame (varint length + protobuf), as a peer's router would send it."""
+        self.send_raw(peer, GOSSIPSUB_PROTOCOL, encode_varint_prefixed(rpc), read_s=0.5)  # a reset may overtake it
+
+
+def real_groups(n: int = 2, completions=("<answer>4</answer>", "<answer>5</answer>")) -> list[WireGroup]:
+    preset = load_preset("starter")
+    groups = []
+    for i in range(n):
+        spec = preset.spec(preset.datasets[0], 0, 7, i)
+        task = regenerate(spec)
+        wire_spec = WireSpec(spec.preset, spec.dataset, spec.config, spec.seed, spec.index)
+        groups.append(WireGroup(wire_spec, task.question_hash, [WireCompletion(t, 3, -2.0) for t in completions]))
+    return groups
+
+
+def bundle_and_announcement(peer: str, groups: list[WireGroup], round_no: int = 1, addrs=()) -> tuple[bytes, bytes]:
+    bundle = Bundle(PROTOCOL_VERSION, SWARM, peer, "smollm2-135m", round_no, time.time(), groups)
+    body = encode_bundle(bundle)
+    ann = Announcement(PROTOCOL_VERSION, SWARM, peer, "smollm2-135m", round_no, time.time(), digest(body), len(body),
+                       list(addrs), [AnnouncedGroup(g.spec, 0.5) for g in groups])
+    return body, encode_announcement(ann)
+
+
+def connected_pair(tmp_path, **hostile):
+    """An honest node B and a hostile peer H dialling it, meshed; the caller stops both."""
+    from waiting import wait_until
+
+    b = honest(tmp_path, "b")
+    h = Hostile(tmp_path, dial=(b.listen_addrs[0],), **hostile)
+    h.start()
+    assert wait_until(lambda: b.host.connected_peers() and h.connected_peers())
+    assert wait_until(lambda: meshed(h, b.peer_id))  # a heartbeat or two: the gossip mesh forms
+    return b, h
