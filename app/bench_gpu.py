@@ -128,7 +128,7 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
         trainer = TorchLoraTrainer(Path(tmp), LoraSettings.from_config(train), OptimSettings.from_config(train, microbatch),
                                    GrpoSettings.from_config(train), 1.0, device=device, dtype=dtype)
     on_gpu = device.startswith("cuda")
-    generator = TorchGenerator(trainer.model, _Ids(), set(), trainer._softcap, compile_step=on_gpu)
+    generator = TorchGenerator(trainer.model, _Ids(), set(), trainer.softcap, compile_step=on_gpu)
     prompts = torch.randint(10, config.vocab_size, (shape.questions, shape.prompt_tokens)).tolist()
     params = SamplingParams(max_new_tokens=shape.new_tokens, temperature=1.0, seed=1)
 

@@ -115,7 +115,7 @@ class CudaBackend(TorchTrainedBackend):
         eos = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
         generation_eos = getattr(self.trainer.causal_lm.generation_config, "eos_token_id", None)
         eos |= set(generation_eos if isinstance(generation_eos, list) else [generation_eos] if generation_eos is not None else [])
-        self.generator = TorchGenerator(self.trainer.model, self.tokenizer, eos, self.trainer._softcap,
+        self.generator = TorchGenerator(self.trainer.model, self.tokenizer, eos, self.trainer.softcap,
                                         compile_step=on_gpu and settings.compile_step)
 
     def info(self) -> BackendInfo:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -39,12 +39,15 @@ from .base import (
     TrainSample,
     TrainStats,
 )
+from .adapter_format import ADAPTER_FILE, MLX_OPTIMIZER_FILE, check_adapter_config, write_lora_config
 from .chat_template import render
-from .mlx_grpo import grpo_token_objective, truncated_importance_weight
+from .completion import check_sampling, generation_result
+from .incremental_text import IncrementalText
+from .microbatches import SamplerGap, pack_microbatches, sampler_logprobs
+from .mlx_grpo import grpo_token_objective, sequence_importance_weight, truncated_importance_weight
+from .sequence_end import SequenceEnd
 from .settings import GrpoSettings, LoraSettings, OptimSettings
-from .torch_lora import ADAPTER_CONFIG, ADAPTER_FILE
 
-OPTIMIZER_FILE = "optimizer_mlx.safetensors"
 # peft target names -> mlx-lm module paths inside a decoder layer
 MODULE_PATHS = {
     "q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
@@ -140,48 +143,49 @@ class MlxBackend(Backend):
         should_stop: StopCheck | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> GenerationResult:
-        from mlx_lm.models.cache import make_prompt_cache
-
-        if params.temperature <= 0:
-            raise ValueError("temperature must be > 0 (RL needs the sampling distribution's logprobs)")
+        check_sampling(params)
         start = time.perf_counter()
         if params.seed is not None:
             mx.random.seed(params.seed)
         prompt_ids = [self.encode_prompt(p) for p in prompts]
-        completions, generated, finished = [], 0, 0
+        completions: list[Completion] = []
+        generated = 0
         for ids in prompt_ids:
-            cache = make_prompt_cache(self.model)
-            logits = self.model(mx.array([ids] * n), cache=cache)[:, -1, :]
-            toks: list[list[int]] = [[] for _ in range(n)]
-            lps: list[list[float]] = [[] for _ in range(n)]
-            finish = [""] * n
-            for _ in range(params.max_new_tokens):
-                if should_stop is not None and should_stop():
-                    finish = [f or "abandoned" for f in finish]
-                    break
-                scaled = logits.astype(mx.float32) / params.temperature
-                token = mx.random.categorical(scaled)
-                logp = mx.take_along_axis(scaled, token[:, None], axis=-1)[:, 0] - mx.logsumexp(scaled, axis=-1)
-                mx.eval(token, logp)
-                for i, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
-                    if finish[i]:
-                        continue
+            row = self._complete(ids, n, params, should_stop)
+            completions.extend(row)
+            generated += sum(len(c.token_ids) for c in row)
+            if on_progress is not None:
+                on_progress(len(completions), n * len(prompt_ids), generated)
+        return generation_result(prompt_ids, n, completions, start)
+
+    def _complete(self, ids: list[int], n: int, params: SamplingParams, should_stop: StopCheck | None) -> list[Completion]:
+        """`n` completions of one prompt, decoded as one batch."""
+        from mlx_lm.models.cache import make_prompt_cache
+
+        cache = make_prompt_cache(self.model)
+        logits = self.model(mx.array([ids] * n), cache=cache)[:, -1, :]
+        toks: list[list[int]] = [[] for _ in range(n)]
+        lps: list[list[float]] = [[] for _ in range(n)]
+        ends = [SequenceEnd(params.max_new_tokens, params.stop, self.eos_ids.__contains__, IncrementalText(self._text).add)
+                for _ in range(n)]
+        for _ in range(params.max_new_tokens):
+            if should_stop is not None and should_stop():
+                for end in ends:
+                    end.abandon()
+                break
+            scaled = logits.astype(mx.float32) / params.temperature
+            token = mx.random.categorical(scaled)
+            logp = mx.take_along_axis(scaled, token[:, None], axis=-1)[:, 0] - mx.logsumexp(scaled, axis=-1)
+            mx.eval(token, logp)
+            for i, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
+                if ends[i].reason is None:
                     toks[i].append(t)
                     lps[i].append(lp)
-                    generated += 1
-                    if t in self.eos_ids:
-                        finish[i] = "eos"
-                    elif params.stop and any(s in self._text(toks[i]) for s in params.stop):
-                        finish[i] = "stop"
-                if all(finish):
-                    break
-                logits = self.model(token[:, None], cache=cache)[:, -1, :]
-            finished += n
-            if on_progress is not None:
-                on_progress(finished, n * len(prompt_ids), generated)
-            completions.append([Completion(self._text(t), t, lp, f or "length") for t, lp, f in zip(toks, lps, finish)])  # type: ignore[arg-type]
-        return GenerationResult(prompt_ids=prompt_ids, completions=completions, seconds=time.perf_counter() - start,
-                                prefill_tokens=sum(len(p) for p in prompt_ids), generated_tokens=generated)
+                    ends[i].add(t)
+            if all(end.reason is not None for end in ends):
+                break
+            logits = self.model(token[:, None], cache=cache)[:, -1, :]
+        return [Completion(self._text(t), t, lp, end.finish_reason) for t, lp, end in zip(toks, lps, ends)]
 
     # ---- training ------------------------------------------------------------------------------
     def _logprobs(self, model, samples: Sequence[TrainSample]) -> mx.array:
@@ -208,17 +212,6 @@ class MlxBackend(Backend):
             i += len(s.completion_ids)
         return out
 
-    def _batches(self, samples: Sequence[TrainSample]) -> list[list[int]]:
-        """Longest first, into right-padded microbatches under the token budget (as the torch trainer)."""
-        size = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
-        groups: list[list[int]] = []
-        for i in sorted(range(len(samples)), key=lambda i: -size[i]):
-            if groups and (len(groups[-1]) + 1) * size[groups[-1][0]] <= self.settings.optim.microbatch_tokens:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        return groups
-
     def train_step(
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
     ) -> TrainStats:
@@ -227,7 +220,8 @@ class MlxBackend(Backend):
         if total == 0:
             raise ValueError("train_step needs at least one completion token")
         grpo = self.settings.grpo
-        stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "gap": 0.0, "outside": 0.0, "known": 0.0}
+        stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0}
+        gap = SamplerGap()
 
         def loss_fn(model, batch: list[TrainSample]):
             logp = self._logprobs(model, batch)
@@ -236,17 +230,14 @@ class MlxBackend(Backend):
                 [x for s, g in zip(batch, given) for x in (g if g is not None else [float("nan")] * len(s.completion_ids))])
             old = mx.where(mx.isnan(old), mx.stop_gradient(logp), old)
             adv = mx.array([s.advantage for s in batch for _ in s.completion_ids])
-            weight = None
-            behaviour = [s.behaviour_logprobs for s in batch]
-            if grpo.importance_cap > 0 and all(b is not None for b in behaviour):
-                weight = truncated_importance_weight(old, mx.array([x for b in behaviour for x in b]), grpo.importance_cap)
+            weight = _importance_weight(batch, old, grpo)
             objective, ratio, clipped = grpo_token_objective(logp, old, adv, grpo, weight)
             return -objective.sum() / total, (ratio, clipped, old)
 
         grad_fn = nn.value_and_grad(self.model, loss_fn)
         grads_sum = None
         done = 0
-        for group in self._batches(samples):
+        for group in pack_microbatches(samples, self.settings.optim.microbatch_tokens):
             if should_stop is not None and should_stop():
                 raise Abandoned("training step abandoned")
             batch = [samples[i] for i in group]
@@ -256,12 +247,9 @@ class MlxBackend(Backend):
             stats["loss"] += float(loss)
             stats["clipped"] += float(clipped.sum())
             stats["ratio"] += float(ratio.sum())
-            behaviour = [x for s in batch for x in (s.behaviour_logprobs or [])]
-            if len(behaviour) == int(old.size):
-                delta = np.array(old) - np.array(behaviour)
-                stats["gap"] += float(np.abs(delta).sum())
-                stats["outside"] += float(((np.exp(delta) < 0.8) | (np.exp(delta) > 1.2)).sum())
-                stats["known"] += len(behaviour)
+            sampler = sampler_logprobs(batch)
+            if sampler is not None:
+                gap.add(np.array(old), sampler)
             done += sum(len(s.completion_ids) for s in batch)
             if on_progress is not None:
                 on_progress(done, total, done)
@@ -271,11 +259,10 @@ class MlxBackend(Backend):
             self.optimizer.update(self.model, grads_sum)
             mx.eval(self.model.parameters(), self.optimizer.state)
             self.steps += 1
-        known = stats["known"] or 1
         return TrainStats(
             loss=stats["loss"], tokens=total, samples=len(samples), seconds=time.perf_counter() - start,
             grad_norm=grad_norm, clip_fraction=stats["clipped"] / total, ratio_mean=stats["ratio"] / total,
-            sampler_logprob_gap=stats["gap"] / known, sampler_ratio_outside=stats["outside"] / known,
+            sampler_logprob_gap=gap.mean, sampler_ratio_outside=gap.outside_share,
         )
 
     def hand_off(self) -> float:
@@ -287,18 +274,11 @@ class MlxBackend(Backend):
         weights = {peft_name(k): mx.array(np.ascontiguousarray(np.array(v).T))
                    for k, v in tree_flatten(self.model.trainable_parameters())}
         mx.save_safetensors(str(directory / ADAPTER_FILE), weights)
-        lora = self.settings.lora
-        config = {"peft_type": "LORA", **asdict(lora), "target_modules": list(lora.target_modules)}
-        (directory / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1))
+        write_lora_config(directory, self.settings.lora)
 
     def load_adapter(self, directory: Path) -> None:
         directory = Path(directory)
-        saved = json.loads((directory / ADAPTER_CONFIG).read_text())
-        lora = self.settings.lora
-        if saved.get("mode") == "full" or int(saved.get("r", -1)) != lora.r or \
-                set(saved.get("target_modules", [])) != set(lora.target_modules):
-            raise ValueError(f"the adapter in {directory} does not match this config (LoRA r={lora.r} on "
-                             f"{list(lora.target_modules)}): {saved}")
+        check_adapter_config(directory, self.settings.lora, full=False)
         stored = mx.load(str(directory / ADAPTER_FILE))
         ours = dict(tree_flatten(self.model.trainable_parameters()))
         missing = [k for k in ours if peft_name(k) not in stored]
@@ -311,12 +291,40 @@ class MlxBackend(Backend):
         self.save_adapter(directory)
         state = dict(tree_flatten(self.optimizer.state))
         state["steps"] = mx.array(self.steps)
-        mx.save_safetensors(str(Path(directory) / OPTIMIZER_FILE), state)
+        mx.save_safetensors(str(Path(directory) / MLX_OPTIMIZER_FILE), state)
 
     def load_state(self, directory: Path) -> None:
         self.load_adapter(directory)
-        path = Path(directory) / OPTIMIZER_FILE
+        path = Path(directory) / MLX_OPTIMIZER_FILE
         if path.exists():  # a checkpoint from another backend has only the adapter: AdamW starts fresh
             state = mx.load(str(path))
             self.steps = int(state.pop("steps").item())
             self.optimizer.state = tree_unflatten(list(state.items()))
+
+
+def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSettings) -> mx.array | None:
+    """Per-token weight of the GRPO objective, as the torch trainer's: the truncated pi_old /
+    pi_sampler on tokens this node sampled, times the sequence-level weight of peers'
+    completions when `external_importance_cap` is on; None when neither applies."""
+    weight = None
+    sampler = sampler_logprobs(batch) if grpo.importance_cap > 0 else None
+    if sampler is not None:
+        known = ~np.isnan(sampler)
+        capped = truncated_importance_weight(old, mx.array(np.where(known, sampler, 0.0).astype(np.float32)),
+                                             grpo.importance_cap)
+        weight = mx.where(mx.array(known), capped, 1.0)
+    senders = [s.sequence_behaviour_logprob for s in batch]
+    if grpo.external_importance_cap > 0 and any(x is not None for x in senders):
+        parts, offset = [], 0
+        for s, sender in zip(batch, senders):
+            n = len(s.completion_ids)
+            if sender is None:
+                parts.append(mx.ones((n,)))
+            else:
+                w = sequence_importance_weight(old[offset : offset + n].sum(), mx.array(sender, dtype=mx.float32),
+                                               grpo.external_importance_cap)
+                parts.append(mx.broadcast_to(w, (n,)))
+            offset += n
+        external = mx.concatenate(parts)
+        weight = external if weight is None else weight * external
+    return weight

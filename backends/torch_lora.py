@@ -8,20 +8,28 @@ checkpointing, so at most one chunk of logits lives at a time, forward or backwa
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from .adapter_format import (
+    ADAPTER_FILE,
+    FULL_WEIGHTS_FILE,
+    TORCH_OPTIMIZER_FILE,
+    check_adapter_config,
+    write_full_config,
+    write_lora_config,
+)
 from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainSample, TrainStats
+from .microbatches import SamplerGap, pack_microbatches, sampler_logprobs
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .torch_grpo import grpo_token_objective, sequence_importance_weight, truncated_importance_weight
 
@@ -31,11 +39,6 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 log = logging.getLogger(__name__)
 # peft asks transformers a deprecated question on every forward; nothing for our users to act on.
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-
-ADAPTER_FILE = "adapter_model.safetensors"
-FULL_WEIGHTS_FILE = "model.safetensors"  # full fine-tuning: the whole model is the "adapter"
-ADAPTER_CONFIG = "adapter_config.json"
-OPTIMIZER_FILE = "optimizer.pt"
 
 LOGIT_CHUNK = 512  # completion positions per chunk of logits
 
@@ -94,7 +97,7 @@ class TorchLoraTrainer:
         causal_lm = self.causal_lm
         self._backbone = causal_lm.model
         self._lm_head = causal_lm.get_output_embeddings()
-        self._softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
+        self._softcap: float | None = getattr(causal_lm.config, "final_logit_softcapping", None)
         self.steps = 0
 
     # ---- facts -------------------------------------------------------------------------------
@@ -107,20 +110,18 @@ class TorchLoraTrainer:
     def config(self):
         return self.causal_lm.config
 
+    @property
+    def softcap(self) -> float | None:
+        """The model's final-logit softcap (Gemma), which a sampler on these weights applies too."""
+        return self._softcap
+
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.params)
 
     # ---- log-probabilities -------------------------------------------------------------------
     def _batches(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], _Microbatch]]:
         """Group samples (longest first) into right-padded microbatches under the token budget."""
-        order = sorted(range(len(samples)), key=lambda i: -(len(samples[i].prompt_ids) + len(samples[i].completion_ids)))
-        groups: list[list[int]] = []
-        for i in order:
-            if groups and (len(groups[-1]) + 1) * _max_len(samples, groups[-1] + [i]) <= self.optim.microbatch_tokens:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        return [(g, self._collate([samples[i] for i in g])) for g in groups]
+        return [(g, self._collate([samples[i] for i in g])) for g in pack_microbatches(samples, self.optim.microbatch_tokens)]
 
     def _collate(self, samples: Sequence[TrainSample]) -> _Microbatch:
         width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
@@ -186,7 +187,8 @@ class TorchLoraTrainer:
         if total_tokens == 0:
             raise ValueError("train_step needs at least one completion token")
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = clipped = ratio_sum = gap_sum = outside = sampler_tokens = ratio_dev = 0.0
+        loss_sum = clipped = ratio_sum = ratio_dev = 0.0
+        gap = SamplerGap()
         tokens_done = 0
         for indices, mb in self._batches(samples):
             if should_stop is not None and should_stop():
@@ -196,11 +198,7 @@ class TorchLoraTrainer:
             owner = mb.sample_index
             adv = torch.tensor([samples[i].advantage for i in indices], device=self.device)[owner]
             old = self._old_logprobs(samples, indices, owner, logp)
-            weight, stats = self._importance_weight(samples, indices, owner, old)
-            if stats is not None:
-                gap_sum += stats[0]
-                outside += stats[1]
-                sampler_tokens += stats[2]
+            weight = self._importance_weight(samples, indices, owner, old, gap)
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
             loss = -objective.sum() / total_tokens
             loss.backward()
@@ -228,8 +226,8 @@ class TorchLoraTrainer:
             grad_norm=grad_norm,
             clip_fraction=clipped / total_tokens,
             ratio_mean=ratio_sum / total_tokens,
-            sampler_logprob_gap=gap_sum / sampler_tokens if sampler_tokens else 0.0,
-            sampler_ratio_outside=outside / sampler_tokens if sampler_tokens else 0.0,
+            sampler_logprob_gap=gap.mean,
+            sampler_ratio_outside=gap.outside_share,
             extra={"ratio_max_deviation": ratio_dev},
         )
 
@@ -245,12 +243,12 @@ class TorchLoraTrainer:
                 old[owner == local] = torch.tensor(g, dtype=old.dtype, device=old.device)
         return old
 
-    def _importance_weight(self, samples, indices, owner, old: torch.Tensor):
-        weight, stats = self._sampler_weight(samples, indices, owner, old)
+    def _importance_weight(self, samples, indices, owner, old: torch.Tensor, gap: SamplerGap) -> torch.Tensor | None:
+        weight = self._sampler_weight([samples[i] for i in indices], old, gap)
         external = self._external_weight(samples, indices, owner, old)
         if external is not None:
             weight = external if weight is None else weight * external
-        return weight, stats
+        return weight
 
     def _external_weight(self, samples, indices, owner, old: torch.Tensor) -> torch.Tensor | None:
         """Sequence-level truncated importance weight for peers' completions (off unless capped)."""
@@ -266,23 +264,20 @@ class TorchLoraTrainer:
                 weight[mask] = sequence_importance_weight(total, torch.tensor(s, dtype=old.dtype, device=old.device), cap)
         return weight
 
-    def _sampler_weight(self, samples, indices, owner, old: torch.Tensor):
-        behaviour = [samples[i].behaviour_logprobs for i in indices]
-        if all(b is None for b in behaviour):
-            return None, None
-        sampler = torch.full_like(old, float("nan"))
-        for local, b in enumerate(behaviour):
-            if b is not None:
-                sampler[owner == local] = torch.tensor(b, dtype=old.dtype, device=old.device)
-        known = ~torch.isnan(sampler)
-        delta = (old - sampler)[known]
-        ratio = torch.exp(delta)
-        stats = (float(delta.abs().sum()), float(((ratio < 0.8) | (ratio > 1.2)).sum()), float(known.sum()))
+    def _sampler_weight(self, batch: Sequence[TrainSample], old: torch.Tensor, gap: SamplerGap) -> torch.Tensor | None:
+        """Truncated importance weight pi_old / pi_sampler on the tokens this node sampled (1
+        elsewhere; None when off or no token has a sampler logprob); tallies their gap."""
+        flat = sampler_logprobs(batch)
+        if flat is None:
+            return None
+        gap.add(old.cpu().numpy(), flat)
         if self.grpo.importance_cap <= 0:
-            return None, stats
+            return None
+        sampler = torch.from_numpy(flat).to(dtype=old.dtype, device=old.device)
+        known = ~torch.isnan(sampler)
         weight = torch.ones_like(old)
         weight[known] = truncated_importance_weight(old[known], sampler[known], self.grpo.importance_cap)
-        return weight, stats
+        return weight
 
     # ---- persistence -------------------------------------------------------------------------
     def lora_state(self) -> dict[str, torch.Tensor]:
@@ -301,24 +296,17 @@ class TorchLoraTrainer:
             if getattr(self.config, "tie_word_embeddings", False):
                 state.pop("lm_head.weight", None)
             save_file(state, str(directory / FULL_WEIGHTS_FILE))
-            (directory / ADAPTER_CONFIG).write_text(json.dumps({"mode": "full"}, indent=1))
+            write_full_config(directory)
             return
         save_file(self.lora_state(), str(directory / ADAPTER_FILE))
-        config = {"peft_type": "LORA", **asdict(self.lora), "target_modules": list(self.lora.target_modules)}
-        (directory / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1))
+        write_lora_config(directory, self.lora)
 
     def load_adapter(self, directory: Path) -> None:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
         directory = Path(directory)
-        saved = json.loads((directory / ADAPTER_CONFIG).read_text())
-        if (saved.get("mode") == "full") != self.full:
-            raise ValueError(
-                f"the checkpoint in {directory} was trained with train.mode = "
-                f"{'full' if saved.get('mode') == 'full' else 'lora'}, but the config asks for "
-                f"{'full' if self.full else 'lora'}"
-            )
+        check_adapter_config(directory, self.lora, self.full)
         if self.full:
             state = load_file(str(directory / FULL_WEIGHTS_FILE), device=str(self.device))
             result = self.model.load_state_dict(state, strict=False)
@@ -326,11 +314,6 @@ class TorchLoraTrainer:
             if bad:
                 raise ValueError(f"the weights in {directory} do not fit this model: {bad[:3]}")
             return
-        if int(saved.get("r", -1)) != self.lora.r or set(saved.get("target_modules", [])) != set(self.lora.target_modules):
-            raise ValueError(
-                f"adapter in {directory} has r={saved.get('r')} on {saved.get('target_modules')}, but the config asks "
-                f"for r={self.lora.r} on {list(self.lora.target_modules)}"
-            )
         state = load_file(str(directory / ADAPTER_FILE), device=str(self.device))
         result = set_peft_model_state_dict(self.model, state)
         missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
@@ -339,18 +322,14 @@ class TorchLoraTrainer:
 
     def save_optimizer(self, directory: Path) -> None:
         state = {"optimizer": self.optimizer.state_dict(), "steps": self.steps, "torch_rng": torch.get_rng_state()}
-        torch.save(state, Path(directory) / OPTIMIZER_FILE)
+        torch.save(state, Path(directory) / TORCH_OPTIMIZER_FILE)
 
     def load_optimizer(self, directory: Path) -> None:
-        state = torch.load(Path(directory) / OPTIMIZER_FILE, map_location=self.device, weights_only=True)
+        state = torch.load(Path(directory) / TORCH_OPTIMIZER_FILE, map_location=self.device, weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
         if "torch_rng" in state:  # LoRA dropout draws from it
             torch.set_rng_state(state["torch_rng"].cpu())
-
-
-def _max_len(samples: Sequence[TrainSample], indices: list[int]) -> int:
-    return max(len(samples[i].prompt_ids) + len(samples[i].completion_ids) for i in indices)
 
 
 class TorchTrainedBackend(Backend):

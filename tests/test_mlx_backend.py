@@ -101,3 +101,40 @@ def test_a_node_runs_rounds_on_mlx_and_resumes(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
     records = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in records] == [1, 2] and {r["backend"] for r in records} == {"mlx"}
+
+
+def test_mlx_weights_a_peers_completion_as_torch_does(mlx_backend, tmp_path):
+    """train.external_importance_cap: the same peer completions (same tokens, same sender logprob)
+    get the same sequence-level weight min(exp(sum old logp - sender logp), cap) in both trainers,
+    so the same loss and gradient."""
+    from dataclasses import replace
+
+    from backend_settings import grpo_settings, lora_settings, optim_settings
+
+    from swarmling.backends.torch_lora import TorchLoraTrainer
+
+    result = mlx_backend.generate(prompts(), 2, SamplingParams(max_new_tokens=4, temperature=1.0, seed=7))
+    row = [c for c in result.completions[0] if c.token_ids]
+    own = mlx_backend.token_logprobs([TrainSample(result.prompt_ids[0], c.token_ids, 0.0) for c in row])
+    # Peers' text (no per-token sampler logprobs): the first sender found it less likely than we do
+    # by 0.7 nats (weight e^-0.7), the second far more unlikely (weight capped at 2).
+    senders = [sum(own[0]) + 0.7, sum(own[-1]) - 5.0]
+    samples = [TrainSample(result.prompt_ids[0], row[0].token_ids, 1.0, sequence_behaviour_logprob=senders[0]),
+               TrainSample(result.prompt_ids[0], row[-1].token_ids, -1.0, sequence_behaviour_logprob=senders[1])]
+    grpo = grpo_settings(external_importance_cap=2.0)
+    n0, n1 = len(samples[0].completion_ids), len(samples[1].completion_ids)
+    expected_loss = -(np.exp(-0.7) * n0 - 2.0 * n1) / (n0 + n1)  # ratio 1: the loss is -mean(A * weight)
+
+    mlx_backend.save_adapter(tmp_path)  # both trainers start from the same policy
+    trainer = TorchLoraTrainer(mlx_backend.settings.model_dir, lora_settings(), optim_settings(), grpo, 1.0)
+    trainer.load_adapter(tmp_path)
+    torch_stats = trainer.train_step(samples)
+    saved = mlx_backend.settings
+    mlx_backend.settings = replace(saved, grpo=grpo)
+    try:
+        mlx_stats = mlx_backend.train_step(samples)
+    finally:
+        mlx_backend.settings = saved
+    assert torch_stats.loss == pytest.approx(expected_loss, rel=1e-2)
+    assert mlx_stats.loss == pytest.approx(torch_stats.loss, rel=1e-3, abs=1e-4)
+    assert mlx_stats.grad_norm == pytest.approx(torch_stats.grad_norm, rel=1e-2)

@@ -1,0 +1,69 @@
+"""What the torch and MLX trainers do the same outside their frameworks: pack a batch into
+microbatches under a token budget, line the sampler's per-token logprobs up with the trainer's
+tokens, and tally how far sampler and trainer disagree."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import TrainSample
+
+# A token's ratio pi_train / pi_sampler outside this band counts as a disagreement in the metrics.
+RATIO_BAND = (0.8, 1.2)
+
+
+def pack_microbatches(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
+    """Sample indices, longest first, grouped so that each group right-padded to its longest
+    (its first) sample stays within `token_budget` tokens; a sample longer than the budget is a
+    group of its own."""
+    size = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
+    groups: list[list[int]] = []
+    for i in sorted(range(len(samples)), key=lambda i: -size[i]):
+        if groups and (len(groups[-1]) + 1) * size[groups[-1][0]] <= token_budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def sampler_logprobs(samples: Sequence[TrainSample]) -> np.ndarray | None:
+    """The sampler's logprob of every completion token, samples concatenated in order; NaN for
+    the tokens of samples without them (re-tokenised external completions). None if no sample
+    has them."""
+    if all(s.behaviour_logprobs is None for s in samples):
+        return None
+    return np.concatenate([
+        np.asarray(s.behaviour_logprobs if s.behaviour_logprobs is not None else [np.nan] * len(s.completion_ids),
+                   dtype=np.float64)
+        for s in samples
+    ])
+
+
+@dataclass
+class SamplerGap:
+    """Mean |log pi_train - log pi_sampler| and the share of ratios outside `RATIO_BAND`, over
+    the tokens whose sampler logprob is known, accumulated across microbatches."""
+
+    abs_sum: float = 0.0
+    outside: int = 0
+    tokens: int = 0
+
+    def add(self, trainer_logp: np.ndarray, sampler_logp: np.ndarray) -> None:
+        """Per-token logprobs of the same tokens; NaN sampler entries are skipped."""
+        known = ~np.isnan(sampler_logp)
+        delta = np.asarray(trainer_logp, dtype=np.float64)[known] - sampler_logp[known]
+        ratio = np.exp(delta)
+        self.abs_sum += float(np.abs(delta).sum())
+        self.outside += int(((ratio < RATIO_BAND[0]) | (ratio > RATIO_BAND[1])).sum())
+        self.tokens += int(known.sum())
+
+    @property
+    def mean(self) -> float:
+        return self.abs_sum / self.tokens if self.tokens else 0.0
+
+    @property
+    def outside_share(self) -> float:
+        return self.outside / self.tokens if self.tokens else 0.0

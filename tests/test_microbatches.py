@@ -1,0 +1,34 @@
+"""Microbatch packing and the sampler/trainer gap tally both trainers share: framework-free."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from swarmling.backends.base import TrainSample
+from swarmling.backends.microbatches import SamplerGap, pack_microbatches, sampler_logprobs
+
+
+def sample(prompt: int, completion: int, behaviour=None) -> TrainSample:
+    return TrainSample([1] * prompt, [2] * completion, 1.0, behaviour)
+
+
+def test_longest_first_and_padded_width_within_the_budget():
+    samples = [sample(2, 2), sample(5, 5), sample(3, 3), sample(20, 20)]
+    groups = pack_microbatches(samples, token_budget=24)
+    assert groups == [[3], [1, 2], [0]]  # 40 alone (over budget); 2 x 10 <= 24; 3 x 10 > 24
+    assert pack_microbatches(samples, token_budget=1000) == [[3, 1, 2, 0]]
+
+
+def test_sampler_logprobs_line_up_with_the_tokens():
+    assert sampler_logprobs([sample(1, 2), sample(1, 1)]) is None
+    flat = sampler_logprobs([sample(1, 2), sample(1, 1, [-0.5])])
+    assert np.isnan(flat[:2]).all() and flat[2] == -0.5
+
+
+def test_the_gap_counts_known_tokens_only():
+    gap = SamplerGap()
+    gap.add(np.array([-1.0, -1.0, -2.0]), np.array([-1.1, np.nan, -2.0]))
+    gap.add(np.array([-1.0]), np.array([-2.0]))  # ratio e: outside [0.8, 1.2]
+    assert gap.tokens == 3 and gap.mean == pytest.approx((0.1 + 0 + 1.0) / 3) and gap.outside_share == pytest.approx(1 / 3)
+    assert SamplerGap().mean == 0.0 and SamplerGap().outside_share == 0.0
