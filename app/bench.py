@@ -17,7 +17,8 @@ from dataclasses import replace
 from .config import Config
 from .node import Node
 from .paths import Paths, resolve_paths
-from .round import PHASES, run_round
+from .events import PHASES
+from .round import run_round
 
 
 def bench(config: Config, paths: Paths, rounds: int) -> int:
@@ -43,29 +44,29 @@ def _bench(node: Node, rounds: int) -> int:
     for i in range(1, rounds + 1):
         outcome = run_round(i, node.backend, node.preset, node.curriculum, settings, node.rng)
         node.curriculum = outcome.curriculum
-        m = outcome.metrics
+        m = outcome.record
         rows.append(m)
-        s = m["seconds"]
+        s = m.seconds
         cells = "  ".join(f"{p} {s.get(p, 0.0):6.2f}s" for p in PHASES)
-        print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m['tokens_per_s']:6.1f} tok/s ({m['generated_tokens']} tokens)")
+        print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m.tokens_per_s:6.1f} tok/s ({m.generated_tokens} tokens)")
     steady = rows[1:] or rows  # the first round pays one-time costs (allocations, caches)
     print(f"\nmedian over rounds {2 if len(rows) > 1 else 1}..{len(rows)}:")
     for p in PHASES:
-        print(f"  {p:<9} {statistics.median(r['seconds'].get(p, 0.0) for r in steady):7.2f} s")
-    total = statistics.median(sum(r["seconds"].values()) for r in steady)
+        print(f"  {p:<9} {statistics.median(r.seconds.get(p, 0.0) for r in steady):7.2f} s")
+    total = statistics.median(sum(r.seconds.values()) for r in steady)
     print(f"  {'round':<9} {total:7.2f} s")
-    handoff = statistics.median(r["seconds"].get("hand-off", 0.0) for r in steady)
+    handoff = statistics.median(r.seconds.get("hand-off", 0.0) for r in steady)
 
-    generator = getattr(node.backend, "generator", None)
-    if generator is None or not hasattr(generator, "reference_decode") or outcome is None:
+    reference = node.backend.reference_decoder()
+    if reference is None or outcome is None:
         print("\n(no llama.cpp reference for this backend)")
         return 0
     groups = outcome.groups
     prompt_ids = [g.prompt_ids for g in groups]
     lengths = [[len(c.token_ids) for c in g.completions] for g in groups]
-    ref_tokens, ref_seconds = generator.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)
+    ref_tokens, ref_seconds = reference.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)
     ref_tps = ref_tokens / ref_seconds
-    round_tps = outcome.metrics["tokens_per_s"]
+    round_tps = outcome.record.tokens_per_s
     print("\ngeneration throughput (same prompts, same completion lengths, prefill included)")
     print(f"  raw llama.cpp, C sampler, no logprobs   {ref_tps:7.1f} tok/s ({ref_tokens} tokens in {ref_seconds:.2f} s)")
     print(f"  swarmling round (last round)            {round_tps:7.1f} tok/s  ratio {round_tps / ref_tps:.2f}  (target >= 0.90)")

@@ -2,8 +2,9 @@
 
 The node only ever talks to a backend through this module's types, so a backend can be swapped
 without touching the round. Data flows one way: prompts in, completions (with the sampler's
-per-token logprobs) out; training samples in, statistics out; the adapter is then handed from
-the trainer to the generator with `hand_off()`.
+per-token logprobs) out (`Sampler`); training samples in, statistics out, and the adapter saved
+and restored (`Trainer`); the adapter is then handed from the trainer to the sampler with
+`hand_off()` (`Backend`, which is both).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,8 @@ StopCheck = Callable[[], bool]
 ProgressCallback = Callable[[int, int, int], None]
 
 
-class Backend(abc.ABC):
-    """Generate with logprobs, take a training step, save/load the adapter, describe itself."""
-
-    @abc.abstractmethod
-    def info(self) -> BackendInfo: ...
+class Sampler(abc.ABC):
+    """Renders and tokenizes prompts, and samples completions with their logprobs."""
 
     @abc.abstractmethod
     def encode_prompt(self, prompt: ChatPrompt) -> list[int]:
@@ -134,16 +132,16 @@ class Backend(abc.ABC):
         """`n` completions for each prompt. If `should_stop()` turns true the call returns early with
         the unfinished completions marked "abandoned"."""
 
+
+class Trainer(abc.ABC):
+    """Takes GRPO updates, and saves/restores what they changed."""
+
     @abc.abstractmethod
     def train_step(
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
     ) -> TrainStats:
         """One GRPO policy update on the batch. Raises `Abandoned` (and leaves the weights untouched)
         if `should_stop()` turns true before the update is applied."""
-
-    @abc.abstractmethod
-    def hand_off(self) -> float:
-        """Make the generator sample from the freshly trained policy; returns seconds spent."""
 
     @abc.abstractmethod
     def save_state(self, directory: Path) -> None:
@@ -159,6 +157,33 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def load_adapter(self, directory: Path) -> None: ...
+
+
+class ReferenceDecoder(Protocol):
+    """The sampler's raw engine decoding without logprobs: the baseline `swarmling bench` compares
+    the node's sampling throughput with."""
+
+    def reference_decode(
+        self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0
+    ) -> tuple[int, float]:
+        """Decode exactly `lengths[p][g]` tokens for each of `n` sequences per prompt; returns
+        (tokens, seconds)."""
+        ...
+
+
+class Backend(Sampler, Trainer):
+    """Generate with logprobs, take a training step, save/load the adapter, describe itself."""
+
+    @abc.abstractmethod
+    def info(self) -> BackendInfo: ...
+
+    @abc.abstractmethod
+    def hand_off(self) -> float:
+        """Make the generator sample from the freshly trained policy; returns seconds spent."""
+
+    def reference_decoder(self) -> ReferenceDecoder | None:
+        """The benchmark's throughput baseline for this backend's sampler; None where it has none."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release native resources."""

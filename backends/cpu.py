@@ -25,6 +25,7 @@ from .base import (
     ChatPrompt,
     GenerationResult,
     ProgressCallback,
+    ReferenceDecoder,
     SamplingParams,
     StopCheck,
 )
@@ -110,6 +111,9 @@ class CpuBackend(TorchTrainedBackend):
         write_gguf_lora(state, self.shape, self.settings.lora.alpha, path)
         self.generator.set_adapter(path)
         return time.perf_counter() - start
+
+    def reference_decoder(self) -> ReferenceDecoder:
+        return self.generator
 
     def close(self) -> None:
         self.generator.close()
