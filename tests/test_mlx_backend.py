@@ -138,3 +138,11 @@ def test_mlx_weights_a_peers_completion_as_torch_does(mlx_backend, tmp_path):
     assert torch_stats.loss == pytest.approx(expected_loss, rel=1e-2)
     assert mlx_stats.loss == pytest.approx(torch_stats.loss, rel=1e-3, abs=1e-4)
     assert mlx_stats.grad_norm == pytest.approx(torch_stats.grad_norm, rel=1e-2)
+
+
+def test_the_mlx_backend_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, swarmling.backends.mlx, swarmling.backends.factory; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
