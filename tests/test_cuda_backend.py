@@ -126,6 +126,7 @@ def test_asking_for_cuda_without_a_device_is_a_clear_error(tmp_path):
     assert out.returncode == 1 and "sees no CUDA device" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_command_runs_its_toy_shape_on_the_cpu():
     import subprocess
     import sys
@@ -138,6 +139,7 @@ def test_gpu_benchmark_command_runs_its_toy_shape_on_the_cpu():
         assert row in out.stdout, row
 
 
+@pytest.mark.slow
 def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_path):
     folder = converted_folder(gguf_path, TEST_CACHE)
     full = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3, full=True, **trainer_settings()))
@@ -173,7 +175,7 @@ def test_a_whole_round_runs_on_the_torch_backend(torch_backend):
                              external_groups=0, prefill_answer=True, format_bonus=0.5)
     outcome = run_round(1, torch_backend, preset, Curriculum(preset), settings, np.random.default_rng(0),
                         on_phase=phases.append, on_progress=lambda *a: progress.append(a))
-    m = outcome.metrics
+    m = outcome.record.to_dict()
     assert m["questions"] == 3 and m["completions"] == 12 and m["generated_tokens"] > 0
     assert phases[:3] == ["tasks", "generate", "score"]
     assert any(p[0] == "generate" for p in progress)
