@@ -69,9 +69,10 @@ class FakeBackend(Backend):
                 if should_stop is not None and should_stop():
                     group.append(Completion("", [], [], "abandoned"))
                     continue
-                text = REPLIES[int(rng.integers(len(REPLIES)))]
-                ids = self.tokenize(text)[: params.max_new_tokens]
-                group.append(Completion(text, ids, [-0.5] * len(ids), "stop" if "</answer>" in text else "eos"))
+                text = REPLIES[int(rng.integers(len(REPLIES)))][: params.max_new_tokens]  # a character a token
+                ids = self.tokenize(text)
+                finish = "stop" if "</answer>" in text else "length" if len(ids) == params.max_new_tokens else "eos"
+                group.append(Completion(text, ids, [-0.5] * len(ids), finish))
                 done, tokens = done + 1, tokens + len(ids)
                 if on_progress is not None:
                     on_progress(done, total, tokens)

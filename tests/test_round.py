@@ -13,7 +13,7 @@ from swarmling.app.round import RoundSettings, run_round
 from swarmling.app.tasks import load_preset
 from swarmling.backends.base import Abandoned
 
-SETTINGS = RoundSettings(questions=4, completions=4, max_new_tokens=8, temperature=1.0, local_groups=2,
+SETTINGS = RoundSettings(questions=4, completions=4, max_new_tokens=12, temperature=1.0, local_groups=2,
                          external_groups=2, prefill_answer=True, format_bonus=0.5)
 
 
