@@ -314,7 +314,7 @@ class Node:
 
     def _intake_context(self) -> IntakeContext:
         return IntakeContext.for_sampler(
-            self.slot.backend, prefill=OPEN if self.config.reward.prefill_answer else "",
+            self.slot.backend, self.model.name, prefill=OPEN if self.config.reward.prefill_answer else "",
             format_bonus=self.curriculum.format_bonus(self.config.reward.format_bonus),
             max_new_tokens=self.resolved.max_new_tokens,
         )

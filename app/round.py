@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
@@ -200,6 +201,7 @@ def run_round(
         seconds={k: round(v, 3) for k, v in timings.items()} | {"hand-off": round(handoff_s, 3)},
         per_dataset={k: fmean(v) for k, v in sorted(per_dataset.items())},
         levels=updated.levels(),
+        external_groups_by_peer=dict(Counter(g.source for g in selection.external)) if train_stats else {},
         train=None if train_stats is None else TrainRecord(
             loss=train_stats.loss,
             tokens=train_stats.tokens,

@@ -67,6 +67,8 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     per_dataset: dict[str, float]  # strict success per dataset
     levels: dict[str, int]  # curriculum level per dataset after the round
     train: TrainRecord | None = None  # None: no group had a signal, nothing trained
+    # Who taught this node what: peer id -> its groups the update trained on.
+    external_groups_by_peer: dict[str, int] = msgspec.field(default_factory=dict)
     # ---- added by the node ----
     external_rejected: int = 0
     timestamp: float = 0.0

@@ -23,7 +23,7 @@ from swarmling.app.tasks import load_preset
 from test_round import SETTINGS
 
 PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"
-CLI = [("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 8), ("round.external_groups", 2),
+CLI = [("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2),
        ("run.seed", 3), ("swarm.enabled", False), ("resources.nice", 0), ("resources.check_every_s", 3600),
        ("resources.pause_on_battery", True), ("resources.resume_after_plugged_s", 0)]
 
@@ -153,5 +153,7 @@ def test_peers_bundles_are_verified_at_intake_with_the_swarm_off(tmp_path):
         node.close()
     record = records(tmp_path)[0]
     assert record["external_available"] >= 1 and record["external_rejected"] >= 2
+    # provenance: who taught this node what
+    assert record["external_groups"] >= 1 and record["external_groups_by_peer"] == {PEER: record["external_groups"]}
     warnings = [e.text for e in events if type(e).__name__ == "Notice"]
     assert any("not a zlib stream" in w for w in warnings) and any("claims to come from" in w for w in warnings)

@@ -74,7 +74,7 @@ class Inbox:
                 if self.pool.seen(key):  # refused before regenerating, re-tokenising and scoring it
                     report.refuse(peer, "replay", blame=False)  # honest relays and resends happen
                     continue
-                result = admit_group(wire_group, peer, ctx)
+                result = admit_group(wire_group, peer, ctx, sender_model=bundle.model)
                 if isinstance(result, Rejected):
                     report.refuse(peer, result.reason, result.blame)
                     continue

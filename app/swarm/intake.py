@@ -7,11 +7,12 @@ completions are re-tokenised with this node's tokenizer and scored by this node'
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...backends.base import ChatPrompt, Sampler
-from ..reward import score
+from ..reward import CLOSE, OPEN, score
 from ..rollout import QuestionGroup, ScoredCompletion
 from ..round import SYSTEM_PROMPT
 from ..tasks import TaskError, load_preset, preset_names, regenerate
@@ -37,9 +38,13 @@ class IntakeContext:
     max_completion_tokens: int
     encode_prompt: Callable[[ChatPrompt], list[int]]
     tokenize: Callable[[str], list[int]]
+    # This node's model and reply limit: a peer on the same model (same tokenizer) cannot have
+    # written more tokens than this node's sampler may; other tokenizers get max_completion_tokens.
+    model: str = ""
+    max_new_tokens: int | None = None
 
     @classmethod
-    def for_sampler(cls, sampler: Sampler, prefill: str, format_bonus: float, max_new_tokens: int) -> IntakeContext:
+    def for_sampler(cls, sampler: Sampler, model: str, prefill: str, format_bonus: float, max_new_tokens: int) -> IntakeContext:
         """Groups rebuilt as this sampler's own: its prompt rendering, its tokenizer."""
         return cls(
             system_prompt=SYSTEM_PROMPT,
@@ -48,10 +53,38 @@ class IntakeContext:
             max_completion_tokens=2 * max_new_tokens,  # other tokenizers split the same text differently
             encode_prompt=sampler.encode_prompt,
             tokenize=sampler.tokenize,
+            model=model,
+            max_new_tokens=max_new_tokens,
         )
 
+    def token_limit(self, sender_model: str) -> int:
+        same_tokenizer = bool(self.model) and sender_model == self.model and self.max_new_tokens is not None
+        return self.max_new_tokens if same_tokenizer else self.max_completion_tokens
 
-def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext) -> QuestionGroup | Rejected:
+
+# C0 controls but tab and newline, DEL and C1 (ESC among them: terminal escape sequences).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def reply_shape_problem(completion: str, peer: str) -> Rejected | None:
+    """Why a peer's reply (after the prefill) is not one this node's own sampler could have
+    written, or None. A local sample ends with the token that completes the first `</answer>`, so
+    nothing but that token's trailing whitespace can follow it; anything else rides on the answer
+    (spam, escape sequences, a second answer) and would be trained on with the answer's reward."""
+    if CONTROL_CHARACTERS.search(completion):
+        return Rejected(peer, "a reply with control characters (terminal escapes?)")
+    first_close = completion.find(CLOSE)
+    if first_close >= 0 and completion[first_close + len(CLOSE):].strip():
+        return Rejected(peer, "a reply with text after its closing </answer>")
+    last_open = completion.rfind(OPEN)
+    if last_open >= 0 and completion[:last_open].replace(OPEN, "").strip():
+        # Honest policies may write this, but the scorer would grade only what follows the last
+        # tag while training pushes up everything before it: not worth the risk from a stranger.
+        return Rejected(peer, "a reply with text before a second <answer> tag", blame=False)
+    return None
+
+
+def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: str = "") -> QuestionGroup | Rejected:
     spec = wire.spec.task_spec()
     if spec.preset not in preset_names():
         return Rejected(peer, f"unknown preset {spec.preset!r}", blame=False)
@@ -66,6 +99,7 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext) -> QuestionGroup
     prefill = ctx.prefill
     prompt = ChatPrompt(ctx.system_prompt, task.question, prefill)
     prompt_ids = ctx.encode_prompt(prompt)
+    token_limit = ctx.token_limit(sender_model)
     completions = []
     for wc in wire.completions:
         # The reply travels whole; train on it after our own prefill when it starts with it.
@@ -75,8 +109,10 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext) -> QuestionGroup
             completion_text = wc.text[len(prefill) :]
         else:
             continue  # written without the prefill our prompt puts in front of it: not this policy's action
+        if refused := reply_shape_problem(completion_text, peer):
+            return refused  # the whole group: it carried this reply
         token_ids = ctx.tokenize(completion_text)
-        if not token_ids or len(token_ids) > ctx.max_completion_tokens:
+        if not token_ids or len(token_ids) > token_limit:
             continue
         s = score(task, wc.text, ctx.format_bonus)
         completions.append(
