@@ -185,10 +185,12 @@ class Config(_Section):
 
 
 # Keys the settings screen may change while the node runs: they apply from the next round (or
-# the guest monitor's next check). Any other change waits for a restart.
+# the guest monitor's next check). Any other change waits for a restart — round.temperature too:
+# the trainer's pi_old, gradient and importance weights are computed at the temperature the
+# backend was built with, so sampling at another one would train on a different distribution.
 LIVE_KEYS = frozenset({
     "round.questions", "round.external_groups", "round.local_groups", "round.max_groups_per_peer",
-    "round.completions", "round.max_new_tokens", "round.temperature", "run.on_stop",
+    "round.completions", "round.max_new_tokens", "run.on_stop",
     "resources.pause_on_battery", "resources.resume_after_plugged_s", "resources.only_when_idle",
     "resources.idle_after_s", "resources.windows", "resources.on_suspend", "resources.min_free_disk_mb",
     "resources.release_memory_after_s", "resources.bandwidth_kib_s",

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import msgspec
 import numpy as np
@@ -167,7 +167,8 @@ class Node:
         self._guest.start()
 
     def round_settings(self) -> RoundSettings:
-        return RoundSettings.from_config(self.config, self.resolved)
+        # Sampling temperature is the backend's: the trainer scores at the one it was built with.
+        return replace(RoundSettings.from_config(self.config, self.resolved), temperature=self.slot.spec.temperature)
 
     # ---- control (any thread) ----------------------------------------------------------------
     def request_stop(self) -> None:
@@ -207,9 +208,8 @@ class Node:
         if self.slot is None:  # not started yet: start() reads the new config
             return []
         # Threads and microbatch are fixed by the backend already built.
-        resolved = resolve(config, self.hardware, self.preset)
-        self.resolved = type(resolved)(**(asdict(resolved) | {"threads": self.resolved.threads,
-                                                               "microbatch_tokens": self.resolved.microbatch_tokens}))
+        self.resolved = replace(resolve(config, self.hardware, self.preset), threads=self.resolved.threads,
+                                microbatch_tokens=self.resolved.microbatch_tokens)
         self._guest.update(config.resources)  # the guest rules take the new settings at the next check
         return [key for key in changed if key not in LIVE_KEYS]
 
@@ -249,7 +249,8 @@ class Node:
             self.round_settings(),
             self.rng,
             # Peers' bundles that arrived while we generated are verified when the round samples.
-            external=lambda: self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0),
+            external=lambda: self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0,
+                                                        round_no),
             should_stop=lambda: self.lifecycle.drops_round(self.config.resources.on_suspend == "abandon"),
             on_phase=lambda phase: self._on_phase(round_no, phase),
             share=self.swarm.sharer(round_no, prefill),
@@ -316,7 +317,7 @@ class Node:
         return IntakeContext.for_sampler(
             self.slot.backend, self.model.name, prefill=OPEN if self.config.reward.prefill_answer else "",
             format_bonus=self.curriculum.format_bonus(self.config.reward.format_bonus),
-            max_new_tokens=self.resolved.max_new_tokens,
+            max_new_tokens=self.resolved.max_new_tokens, group_size=self.resolved.completions,
         )
 
     def close(self) -> None:

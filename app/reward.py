@@ -1,12 +1,16 @@
 """Scoring a completion against the locally regenerated task.
 
-strict  = reasoning-gym's own scorer on the extracted <answer> (partial credit as it gives it).
+strict  = 1 when reasoning-gym's scorer calls the extracted <answer> right, else 0; partial
+          credit only for the datasets a preset names in `partial_credit` (scorers that grade
+          real structure). reasoning-gym's default scorer gives len(oracle)/len(answer) whenever
+          the oracle is a substring of the reply ("18" earns 0.5 for "8", a list of candidates
+          earns something): kept, that would reward guessing many answers over committing to one.
 reward  = strict + format_bonus * well_formed
 
 `format_bonus` is set by the node each round as bonus * (1 - its recent tag rate), so it fades as
 the model learns to close the tag. A right answer is always well formed (nothing is extracted
-otherwise), so reward(right) = 1 + bonus > bonus >= reward(any wrong answer), and any partial
-credit s > 0 earns s + bonus: the shaping can never rank a wrong answer above a right one.
+otherwise), so reward(right) = 1 + bonus > bonus = reward(any wrong answer with a closed tag):
+the shaping can never rank a wrong answer above a right one.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .tasks import Task
+from .tasks import Task, load_preset
 
 OPEN, CLOSE = "<answer>", "</answer>"
+RIGHT = 1.0 - 1e-9  # a scorer's full marks, give or take float rounding
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,10 @@ def strict_score(task: Task, answer: str | None) -> float:
         return 0.0
     if task.spec.dataset == "propositional_logic" and _copies_premise(answer, task.entry):
         # Known defect: a premise is always a "valid conclusion" (1.0 on 56% of items).
-        score = min(score, 0.05)
-    return max(0.0, min(1.0, score))
+        return 0.0
+    if task.spec.dataset in load_preset(task.spec.preset).partial_credit:
+        return max(0.0, min(1.0, score))
+    return 1.0 if score >= RIGHT else 0.0
 
 
 def _normalise_formula(text: str) -> str:

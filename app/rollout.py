@@ -1,15 +1,23 @@
 """Question-groups: one task, its prompt and G scored completions — what a round learns from
-(and, later, what nodes share). Advantages are group-normalised rewards."""
+(and, later, what nodes share).
+
+Advantages are group-centred rewards, r - mean(r), without dividing by the group's standard
+deviation (as Dr. GRPO): divided, a group whose replies differ only by the format bonus would get
+the same advantages at a bonus of 0.005 as at 0.5, so well-formed wrong answers would keep being
+pushed up long after the bonus faded. Centred only, a group's pull is proportional to how much
+its rewards differ, and a group whose rewards differ by less than MIN_SPREAD (a fading format
+bonus, nothing else) is not worth a training slot at all.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import fmean, pstdev
+from statistics import fmean
 
 from ..backends.base import ChatPrompt
 from .tasks import Task
 
-ADVANTAGE_EPS = 1e-4
+MIN_SPREAD = 0.05  # the least reward spread a group needs to be trained on
 
 
 @dataclass
@@ -32,6 +40,7 @@ class QuestionGroup:
     prompt_ids: list[int]
     completions: list[ScoredCompletion]
     source: str = "local"  # "local" or the sending peer's id
+    received_round: int | None = None  # a peer's group: the round of ours in which it was admitted
 
     @property
     def rewards(self) -> list[float]:
@@ -49,17 +58,22 @@ class QuestionGroup:
     def has_signal(self) -> bool:
         return has_signal(self.rewards)
 
+    @property
+    def format_only(self) -> bool:
+        """Its signal comes from the format bonus alone: every reply is equally right or wrong."""
+        return self.has_signal and len({c.strict for c in self.completions}) == 1
+
     def advantages(self) -> list[float]:
         return group_advantages(self.rewards)
 
 
 def has_signal(rewards: list[float]) -> bool:
-    return len(rewards) > 1 and max(rewards) - min(rewards) > 1e-9
+    return len(rewards) > 1 and max(rewards) - min(rewards) >= MIN_SPREAD
 
 
 def group_advantages(rewards: list[float]) -> list[float]:
-    """(r - mean) / (std + eps) within the group; all zeros when every reward is equal."""
+    """r - mean(r) within the group; all zeros when the group has no signal."""
     if not has_signal(rewards):
         return [0.0] * len(rewards)
-    mean, std = fmean(rewards), pstdev(rewards)
-    return [(r - mean) / (std + ADVANTAGE_EPS) for r in rewards]
+    mean = fmean(rewards)
+    return [r - mean for r in rewards]

@@ -201,6 +201,9 @@ def run_round(
         seconds={k: round(v, 3) for k, v in timings.items()} | {"hand-off": round(handoff_s, 3)},
         per_dataset={k: fmean(v) for k, v in sorted(per_dataset.items())},
         levels=updated.levels(),
+        format_only_share=fmean(g.format_only for g in selection.groups) if train_stats else None,
+        external_age_rounds_mean=fmean(round_no - (g.received_round or round_no) for g in selection.external)
+        if train_stats and selection.external else None,
         external_groups_by_peer=dict(Counter(g.source for g in selection.external)) if train_stats else {},
         train=None if train_stats is None else TrainRecord(
             loss=train_stats.loss,

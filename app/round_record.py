@@ -67,6 +67,11 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     per_dataset: dict[str, float]  # strict success per dataset
     levels: dict[str, int]  # curriculum level per dataset after the round
     train: TrainRecord | None = None  # None: no group had a signal, nothing trained
+    # Share of the trained groups whose signal was the format bonus alone (all replies equally
+    # right or wrong): it should fall to 0 as the tag rate rises and the bonus fades.
+    format_only_share: float | None = None  # None: nothing trained
+    # Rounds since the trained external groups were admitted here (None: none trained).
+    external_age_rounds_mean: float | None = None
     # Who taught this node what: peer id -> its groups the update trained on.
     external_groups_by_peer: dict[str, int] = msgspec.field(default_factory=dict)
     # ---- added by the node ----

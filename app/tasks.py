@@ -61,12 +61,20 @@ def canonical_config(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
+# Seeds are split in two: training rounds draw below EVAL_SEED, the held-out evaluation set uses
+# EVAL_SEED and up, so no round can ever train on an evaluation item.
+EVAL_SEED = 2**31 - 2**16
+
+
 @dataclass(frozen=True)
 class Preset:
     name: str
     description: str
     max_new_tokens: int
     levels: dict[str, tuple[str, ...]]  # dataset -> canonical configs, easiest first
+    # Datasets whose own scorer grades real structure (kept as partial credit); every other
+    # dataset's reply is right (1) or wrong (0). See the preset files for why each is listed.
+    partial_credit: frozenset[str] = frozenset()
 
     @property
     def datasets(self) -> tuple[str, ...]:
@@ -106,7 +114,10 @@ def load_preset(name: str) -> Preset:
         if dataset not in DATASETS:
             raise TaskError(f"preset {name}: reasoning-gym has no dataset {dataset!r}")
         levels[dataset] = tuple(canonical_config(c) for c in table["levels"])
-    return Preset(data["name"], data.get("description", ""), int(data.get("max_new_tokens", 128)), levels)
+    partial = frozenset(data.get("partial_credit", ()))
+    if unknown := partial - set(levels):
+        raise TaskError(f"preset {name}: partial_credit names datasets it does not have: {', '.join(sorted(unknown))}")
+    return Preset(data["name"], data.get("description", ""), int(data.get("max_new_tokens", 128)), levels, partial)
 
 
 @lru_cache(maxsize=4096)

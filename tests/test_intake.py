@@ -30,7 +30,7 @@ def wire_group():
 
 def context(max_new_tokens: int = 8) -> IntakeContext:
     return IntakeContext.for_sampler(FakeBackend(), "smollm2-135m", prefill="<answer>", format_bonus=0.5,
-                                     max_new_tokens=max_new_tokens)
+                                     max_new_tokens=max_new_tokens, group_size=4)
 
 
 def with_reply(group, text: str):
@@ -69,3 +69,21 @@ def test_a_peer_on_the_same_model_cannot_send_longer_replies_than_this_node_samp
     same = admit_group(long_reply, PEER, context(max_new_tokens=10), "smollm2-135m")
     other = admit_group(long_reply, PEER, context(max_new_tokens=10), "gemma3-270m")  # other tokenizer: 2x slack
     assert len(same.completions) == len(other.completions) - 1
+
+
+def test_a_large_group_is_brought_to_this_nodes_group_size(wire_group):
+    group, _ = wire_group
+    big = msgspec.structs.replace(group, completions=[*group.completions] * 4)  # 16 replies
+    admitted = admit_group(big, PEER, context(64), "smollm2-135m")
+    assert len(admitted.completions) == 4  # this node's G
+    again = admit_group(big, PEER, context(64), "smollm2-135m")
+    assert [c.text for c in again.completions] == [c.text for c in admitted.completions]  # the same subsample
+
+
+def test_a_group_that_lost_many_replies_here_is_refused(wire_group):
+    group, _ = wire_group
+    other_prefill = [WireCompletion(text=c.text.removeprefix("<answer>"), tokens=c.tokens, logprob=c.logprob)
+                     for c in group.completions[:2]]
+    mixed = msgspec.structs.replace(group, completions=[*other_prefill, *group.completions[2:]])
+    result = admit_group(mixed, PEER, context(64), "smollm2-135m")
+    assert isinstance(result, Rejected) and "unusable here" in result.reason and not result.blame

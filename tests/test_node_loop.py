@@ -155,5 +155,19 @@ def test_peers_bundles_are_verified_at_intake_with_the_swarm_off(tmp_path):
     assert record["external_available"] >= 1 and record["external_rejected"] >= 2
     # provenance: who taught this node what
     assert record["external_groups"] >= 1 and record["external_groups_by_peer"] == {PEER: record["external_groups"]}
+    assert record["external_age_rounds_mean"] == 0  # admitted in the round that trained on them
+    assert 0 <= record["format_only_share"] <= 1
     warnings = [e.text for e in events if type(e).__name__ == "Notice"]
     assert any("not a zlib stream" in w for w in warnings) and any("claims to come from" in w for w in warnings)
+
+
+def test_a_new_temperature_waits_for_a_restart(tmp_path):
+    node, _ = make_node(tmp_path)
+    try:
+        node.start()
+        before = node.round_settings().temperature
+        changed = load_config(None, environ={}, cli=[*CLI, ("round.temperature", 0.5)])
+        assert node.apply_config(changed) == ["round.temperature"]
+        assert node.round_settings().temperature == before == 1.0  # the trainer's, not the new one
+    finally:
+        node.close()

@@ -38,3 +38,20 @@ def test_missing_external_groups_are_filled_with_local_ones():
     assert (len(one_peer.local), len(one_peer.external)) == (6, 2)
     full = select_groups(local, [_group([1, 0], p) for p in "ABCDEF"], 4, 4, rng, max_per_peer=2)
     assert (len(full.local), len(full.external)) == (4, 4)
+
+
+def test_a_format_only_group_stops_being_trained_on_once_the_bonus_has_faded():
+    """Every reply wrong; the tagged ones earn the format bonus, which fades as the tag rate rises."""
+    rng = np.random.default_rng(2)
+
+    def shaped(strict, tagged, bonus):
+        g = _group(strict)
+        g.completions = [ScoredCompletion("x", [1], None, "eos", s, t, s + bonus * t) for s, t in zip(strict, tagged)]
+        return g
+
+    early = shaped([0, 0, 0, 0], [1, 0, 1, 0], 0.5)  # bonus 0.5 (tag rate ~0): the format is still worth learning
+    late = shaped([0, 0, 0, 0], [1, 0, 1, 0], 0.005)  # bonus 0.005 (tag rate 99%)
+    assert early.format_only and select_groups([early], [], 1, 0, rng).local == [early]
+    assert select_groups([late], [], 1, 0, rng).local == []
+    right_among_wrong = shaped([1, 0, 0, 0], [1, 1, 0, 1], 0.005)
+    assert not right_among_wrong.format_only and select_groups([right_among_wrong], [], 1, 0, rng).local

@@ -57,14 +57,14 @@ class OfflineSwarm:
         """What the round calls with its scored groups; None: nobody to share with (no share phase)."""
         return None
 
-    def external_groups(self, ctx: IntakeContext, wanted: bool) -> list[QuestionGroup]:
-        """Verify what arrived so far, then offer the pool (when the round takes external groups)."""
-        intake = self.inbox.drain(ctx)
+    def external_groups(self, ctx: IntakeContext, wanted: bool, round_no: int) -> list[QuestionGroup]:
+        """Verify what arrived so far, then offer the pool's fresh groups (when the round takes any)."""
+        intake = self.inbox.drain(ctx, round_no)
         self._intakes.append(intake)
         for reason in intake.reasons:
             self.emit(Notice("warning", f"refused from a peer: {reason}"))
         self._blame(intake.by_peer)
-        return self.inbox.pool.available() if wanted else []
+        return self.inbox.pool.available(round_no) if wanted else []
 
     def finish_round(self, trained: Sequence[QuestionGroup], used_external: Sequence[QuestionGroup]) -> tuple[int, SwarmRoundStats | None]:
         """Used groups leave the pool; returns the round's refused groups and network figures."""

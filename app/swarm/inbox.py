@@ -50,7 +50,8 @@ class Inbox:
             self._overflow += 1
             return False
 
-    def drain(self, ctx: IntakeContext) -> DrainReport:
+    def drain(self, ctx: IntakeContext, round_no: int = 0) -> DrainReport:
+        """Verify everything that arrived; admitted groups are dated `round_no` (this node's round)."""
         report = DrainReport()
         if self._overflow:
             report.refuse("inbox", f"{self._overflow} bundles dropped: more arrived than a round can take")
@@ -78,6 +79,7 @@ class Inbox:
                 if isinstance(result, Rejected):
                     report.refuse(peer, result.reason, result.blame)
                     continue
+                result.received_round = round_no
                 why = self.pool.add(key, result)
                 if why:
                     report.refuse(peer, why, blame=False)

@@ -7,9 +7,12 @@ completions are re-tokenised with this node's tokenizer and scored by this node'
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from ...backends.base import ChatPrompt, Sampler
 from ..reward import CLOSE, OPEN, score
@@ -42,9 +45,12 @@ class IntakeContext:
     # written more tokens than this node's sampler may; other tokenizers get max_completion_tokens.
     model: str = ""
     max_new_tokens: int | None = None
+    group_size: int | None = None  # this node's G: larger groups are subsampled to it
 
     @classmethod
-    def for_sampler(cls, sampler: Sampler, model: str, prefill: str, format_bonus: float, max_new_tokens: int) -> IntakeContext:
+    def for_sampler(
+        cls, sampler: Sampler, model: str, prefill: str, format_bonus: float, max_new_tokens: int, group_size: int
+    ) -> IntakeContext:
         """Groups rebuilt as this sampler's own: its prompt rendering, its tokenizer."""
         return cls(
             system_prompt=SYSTEM_PROMPT,
@@ -55,12 +61,15 @@ class IntakeContext:
             tokenize=sampler.tokenize,
             model=model,
             max_new_tokens=max_new_tokens,
+            group_size=group_size,
         )
 
     def token_limit(self, sender_model: str) -> int:
         same_tokenizer = bool(self.model) and sender_model == self.model and self.max_new_tokens is not None
         return self.max_new_tokens if same_tokenizer else self.max_completion_tokens
 
+
+MAX_LOST_SHARE = 0.25  # a group that lost more of its replies here is refused
 
 # C0 controls but tab and newline, DEL and C1 (ESC among them: terminal escape sequences).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -122,4 +131,18 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
         )
     if len(completions) < 2:
         return Rejected(peer, "fewer than two usable completions", blame=False)
+    lost = len(wire.completions) - len(completions)
+    if lost > len(wire.completions) * MAX_LOST_SHARE:
+        # What is left is biased (the long replies, or the ones in another prefill, are gone), and
+        # advantages centred on that subset would misjudge the rest.
+        return Rejected(peer, f"{lost} of {len(wire.completions)} replies unusable here", blame=False)
+    if ctx.group_size is not None and len(completions) > ctx.group_size:
+        completions = _subsample(completions, ctx.group_size, f"{peer}/{wire.question_hash}")
     return QuestionGroup(task, level, prompt, prompt_ids, completions, source=peer)
+
+
+def _subsample(completions: list[ScoredCompletion], k: int, key: str) -> list[ScoredCompletion]:
+    """k of the group's replies, uniformly: a peer's 64-reply group must weigh what one of ours
+    does in the token mean. Seeded by the group, so every node (and every retry) keeps the same."""
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
+    return [completions[i] for i in sorted(rng.choice(len(completions), size=k, replace=False))]

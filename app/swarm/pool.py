@@ -1,4 +1,7 @@
-"""Admitted external question-groups waiting to be sampled: bounded, expiring, used at most once.
+"""Admitted external question-groups waiting to be sampled: bounded, expiring, used at most once,
+and offered only while fresh: SAPO trains on the swarm's current rollouts, and a group sampled by
+a peer's policy many updates ago is off-policy for both of them (a CPU node's round is ~30 s, so
+the 600 s memory bound alone let the average external group be ~10 rounds old).
 
 A group is keyed by a digest of its spec and the replies as they travelled, so a replayed bundle
 (or the same group relayed by several peers) is recognised — before any work is spent admitting
@@ -14,6 +17,8 @@ from collections.abc import Callable, Iterable
 
 from ..rollout import QuestionGroup
 from ..tasks import TaskSpec
+
+MAX_AGE_ROUNDS = 1  # this round's arrivals and the previous round's
 
 
 def group_key(spec: TaskSpec, replies: Iterable[str]) -> str:
@@ -51,9 +56,13 @@ class GroupPool:
         self._groups[key] = (now, group)
         return None
 
-    def available(self) -> list[QuestionGroup]:
+    def available(self, round_no: int | None = None) -> list[QuestionGroup]:
+        """Groups not yet used; with `round_no`, only those admitted at most MAX_AGE_ROUNDS before it."""
         self._expire()
-        return [g for _, g in self._groups.values()]
+        groups = [g for _, g in self._groups.values()]
+        if round_no is None:
+            return groups
+        return [g for g in groups if g.received_round is None or round_no - g.received_round <= MAX_AGE_ROUNDS]
 
     def mark_used(self, groups: Iterable[QuestionGroup]) -> None:
         """Used groups leave the pool for good (their keys stay seen)."""
