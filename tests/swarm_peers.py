@@ -12,7 +12,7 @@ from libp2p.peer.id import ID
 from libp2p.utils.varint import encode_varint_prefixed
 
 from swarmling.app.swarm.host import GOSSIPSUB_PROTOCOL, HostSettings, SwarmHost
-from swarmling.app.swarm.identity import new_identity
+from swarmling.app.swarm.identity import load_or_create, new_identity
 from swarmling.app.swarm.inbox import Inbox
 from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings
 from swarmling.app.swarm.pool import GroupPool
@@ -34,7 +34,8 @@ SWARM = "test"
 
 
 def honest(tmp_path, name: str, dial: tuple[str, ...] = (), *, port: int = 0, **host_settings) -> SwarmNetwork:
-    identity = new_identity(tmp_path / name)
+    """A node named `name` (the same identity each time the test starts it), started."""
+    identity = load_or_create(tmp_path / name)
     swarm = SwarmNetwork(
         SwarmSettings(SWARM, "127.0.0.1", port, dial, (), False, 256 * 1024),
         identity, Inbox(GroupPool()), tmp_path / name, "smollm2-135m",
@@ -160,3 +161,74 @@ def connected_pair(tmp_path, **hostile):
     assert wait_until(lambda: b.host.connected_peers() and h.connected_peers())
     assert wait_until(lambda: meshed(h, b.peer_id))  # a heartbeat or two: the gossip mesh forms
     return b, h
+
+
+def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s: float) -> None:
+    """Open `n` streams to `peer` that never send a byte, held `hold_s` (in the background)."""
+
+    async def hold() -> None:
+        streams = []
+        try:
+            with trio.move_on_after(hold_s):
+                for _ in range(n):
+                    try:
+                        streams.append(await host._host.new_stream(ID.from_base58(peer), [protocol]))
+                    except Exception:  # noqa: BLE001 — refused by the victim: fine
+                        pass
+                await trio.sleep(hold_s)
+        finally:
+            for stream in streams:
+                try:
+                    await stream.reset()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    on_network_thread(host, lambda: trio.lowlevel.spawn_system_task(hold))
+
+
+class SilentCrowd:
+    """`n` bare libp2p hosts (fresh identities, no pubsub) that connect to a node and say nothing."""
+
+    def __init__(self, n: int) -> None:
+        from swarmling.app.swarm.trio_bridge import TrioThread
+
+        self.n = n
+        self.connected = 0
+        self._thread = TrioThread("silent-crowd", self._main)
+
+    def start(self, target: str) -> None:
+        self._target = target
+        assert self._thread.start(30)
+
+    def stop(self) -> None:
+        self._thread.stop(20)
+
+    async def _main(self) -> None:
+        import multiaddr
+        from libp2p import new_host
+        from libp2p.crypto.ed25519 import create_new_key_pair
+        from libp2p.crypto.x25519 import create_new_key_pair as x25519
+        from libp2p.security.noise.transport import PROTOCOL_ID, Transport
+
+        from swarmling.app.swarm.dialer import parse_peer_addr
+
+        info = parse_peer_addr(self._target)
+        self._thread.ready()
+        async with trio.open_nursery() as nursery:
+            for _ in range(self.n):
+                nursery.start_soon(self._one, new_host, create_new_key_pair, x25519, PROTOCOL_ID, Transport,
+                                   multiaddr, info)
+            await self._thread.until_stopped()
+            nursery.cancel_scope.cancel()
+
+    async def _one(self, new_host, keys, x25519, protocol_id, transport, multiaddr, info) -> None:
+        key_pair = keys()
+        host = new_host(key_pair=key_pair, sec_opt={protocol_id: transport(key_pair, noise_privkey=x25519().private_key)})
+        async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            try:
+                with trio.move_on_after(10):
+                    await host.connect(info)
+                    self.connected += 1
+            except Exception:  # noqa: BLE001 — refused: the victim is full, as the attack wants
+                pass
+            await trio.sleep_forever()

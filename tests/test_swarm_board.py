@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.swarm.board import Board
+from swarmling.app.swarm.board import NEWCOMER_BUNDLES, Board
+from swarmling.app.swarm.reputation import Reputation
 from swarmling.app.swarm.wire import PROTOCOL_VERSION, AnnouncedGroup, Announcement, WireSpec, encode_announcement
 
 SPEC = WireSpec("starter", "basic_arithmetic", '{"x": 1}', 1, 2)
@@ -62,11 +63,12 @@ def test_choose_one_bundle_per_peer_within_budget_signal_first_never_twice():
     for i in range(6):
         board.offer(peer(i), ann(peer(i), clock, round_no=1, size=1000, rewards=(0.5,) if i < 3 else (0.0,)))
         board.offer(peer(i), ann(peer(i), clock, round_no=2, size=1000, rewards=(0.5,) if i < 3 else (0.0,)))
-    chosen = board.choose(3500, np.random.default_rng(0))
+    proven = lambda origin: 1.0  # noqa: E731 — every peer delivered before
+    chosen = board.choose(3500, np.random.default_rng(0), score=proven)
     assert len(chosen) == 3  # 3 × 1000 bytes fit the budget, a 4th does not
     assert {h.origin for h in chosen} == {peer(0), peer(1), peer(2)}  # the ones with signal
     assert all(h.announcement.round == 2 for h in chosen)  # each peer's latest
-    again = board.choose(10_000, np.random.default_rng(0), avoid=lambda o: o == peer(3))
+    again = board.choose(10_000, np.random.default_rng(0), avoid=lambda o: o == peer(3), score=proven)
     assert {h.origin for h in again} == {peer(0), peer(1), peer(2), peer(4), peer(5)}  # round 1 ones and the rest
     assert not {h.announcement.digest for h in again} & {h.announcement.digest for h in chosen}
 
@@ -77,5 +79,69 @@ def test_inbound_budget_bounds_fetches_whatever_the_swarm_size():
         board = Board("s", "me", rate_per_s=100, burst=100, clock=clock)
         for i in range(swarm_size):
             assert board.offer(peer(i), ann(peer(i), clock, size=4000))
-        chosen = board.choose(20_000, np.random.default_rng(swarm_size))
+        chosen = board.choose(20_000, np.random.default_rng(swarm_size), score=lambda origin: 2.0)
         assert sum(h.announcement.size for h in chosen) <= 20_000 and len(chosen) == 5
+
+
+def test_newcomers_share_a_few_fetches_a_round_and_proven_peers_keep_theirs():
+    clock = Clock()
+    board = Board("s", "me", rate_per_s=100, burst=100, clock=clock)
+    for i in range(40):
+        board.offer(peer(i), ann(peer(i), clock, size=10_000))
+    proven = {peer(0): 5.0, peer(1): 1.0}
+    chosen = board.choose(200_000, np.random.default_rng(0), score=proven.get)
+    origins = [h.origin for h in chosen]
+    assert set(origins[:2]) == {peer(0), peer(1)}  # delivered before: fetched first
+    assert len(origins) == 2 + NEWCOMER_BUNDLES  # however many newcomers announce bait
+    # a budget the proven peers could fill alone still keeps a share for newcomers
+    board2 = Board("s", "me", rate_per_s=100, burst=100, clock=clock)
+    for i in range(10):
+        board2.offer(peer(i), ann(peer(i), clock, size=10_000))
+    chosen = board2.choose(40_000, np.random.default_rng(0), score=lambda o: 1.0 if o in {peer(i) for i in range(8)} else None)
+    assert sum(h.origin not in {peer(i) for i in range(8)} for h in chosen) == 1
+
+
+def test_thirty_baiting_identities_do_not_starve_an_honest_peer():
+    """The issue's starvation: 30 throw-away identities announce signal, then answer "missing".
+
+    Before: they took every fetch, 0 honest groups in 27 rounds. Now each failure costs the baiter
+    its standing and a cooldown; the honest peer is fetched within a few rounds, then every round."""
+    clock = Clock()
+    board = Board("s", "me", rate_per_s=100, burst=100, clock=clock)
+    reputation = Reputation(clock=clock)
+    honest_peer, baiters = peer(57), [peer(i) for i in range(30)]
+    honest_rounds = []
+    for round_no in range(1, 28):
+        for origin in [*baiters, honest_peer]:
+            board.offer(origin, ann(origin, clock, round_no=round_no, size=20_000, rewards=(0.5, 0.5)))
+        chosen = board.choose(256 * 1024, np.random.default_rng(round_no), score=lambda o: (s := reputation.standing(o)) and s.score,
+                              avoid=reputation.cooling_down)
+        assert len([h for h in chosen if h.origin in baiters]) <= NEWCOMER_BUNDLES
+        for h in chosen:
+            if h.origin == honest_peer:
+                reputation.fetch_succeeded(honest_peer, 0.1)
+                reputation.admitted(honest_peer, 2)
+                honest_rounds.append(round_no)
+            else:
+                reputation.fetch_failed(h.origin)  # "missing"
+        clock.now += 60.0  # a round
+    assert honest_rounds and honest_rounds[0] <= 11  # 30 baiters tried at most once before it, 3 a round
+    assert honest_rounds == list(range(honest_rounds[0], 28))  # then every round
+
+
+def test_failures_cool_a_peer_down_for_longer_each_time_and_success_resets_it():
+    clock = Clock()
+    reputation = Reputation(clock=clock)
+    reputation.fetch_failed(peer(0))
+    assert reputation.cooling_down(peer(0))
+    clock.now += 31
+    assert not reputation.cooling_down(peer(0))
+    reputation.fetch_failed(peer(0))
+    clock.now += 31
+    assert reputation.cooling_down(peer(0))  # 60 s the second time
+    reputation.fetch_succeeded(peer(0), 0.5)
+    assert not reputation.cooling_down(peer(0))
+    assert reputation.score(peer(0)) < 0 and not reputation.proven(peer(0))
+    reputation.admitted(peer(0), 3)
+    reputation.used(peer(0), 2)
+    assert reputation.proven(peer(0))

@@ -6,14 +6,31 @@ libp2p on 127.0.0.1, and checks the node is still on the network afterwards.
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import numpy as np
-import pytest
+from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
-from swarm_peers import Hostile, bundle_and_announcement, connected_pair, honest, meshed, real_groups
+from swarm_peers import (
+    Hostile,
+    SilentCrowd,
+    bundle_and_announcement,
+    connected_pair,
+    hold_idle_streams,
+    honest,
+    meshed,
+    on_network_thread,
+    real_groups,
+)
 from waiting import wait_until
 
-from swarmling.app.swarm import pubsub_guard
+from swarmling.app.swarm import admission, pubsub_guard
+from swarmling.app.swarm.bundle_protocol import ABANDONED
+from swarmling.app.swarm.identity import new_identity
+from swarmling.app.swarm.wire import digest
 
 SHA256_PEER_ID = b"\x12\x20" + bytes(range(32))  # an RSA-style peer id: no key inside
 
@@ -67,3 +84,175 @@ def test_a_failing_libp2p_service_restarts_the_host_on_the_same_port(tmp_path, m
     finally:
         h.stop()
         b.stop()
+
+
+# ---- starving honest sharing --------------------------------------------------------------------
+
+def serve_from(node, peer_ann_groups=1):
+    """`node` announces a real bundle it serves; its digest."""
+    body, ann = bundle_and_announcement(node.peer_id, real_groups(peer_ann_groups), addrs=node.listen_addrs)
+    node._own[digest(body)] = body
+    node.host.publish(ann)
+    return digest(body)
+
+
+def test_a_peer_that_trickles_a_bundle_is_cut_off_at_the_minimum_rate_and_cooled_down(tmp_path):
+    # 1 byte per 2 s used to hold a fetch slot for the whole 20 s timeout, round after round.
+    b, h = connected_pair(tmp_path, misbehave="trickles")
+    try:
+        body, ann = bundle_and_announcement(h.peer_id, real_groups(), addrs=h.listen_addrs)
+        h.bodies[digest(body)] = body
+        h.publish(ann)
+        assert wait_until(lambda: b.board.fresh())
+        started = time.monotonic()
+        assert b.plan_fetches(np.random.default_rng(0)) == 1
+        failures: list[str] = []
+        assert wait_until(lambda: failures.extend(b.round_stats()["fetch_failures"]) or failures, timeout_s=15)
+        assert "slower than" in failures[0] and time.monotonic() - started < 10
+        assert b._not_now(h.peer_id)  # not asked again next round
+    finally:
+        h.stop()
+        b.stop()
+
+
+def test_streams_that_never_ask_do_not_block_serving(tmp_path):
+    # 24 streams that never sent a request held every upload slot for the fetch timeout (20 s):
+    # an honest peer's fetches from the victim timed out.
+    b, h = connected_pair(tmp_path)
+    c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))
+    try:
+        assert wait_until(lambda: meshed(b.host, c.peer_id) and meshed(c.host, b.peer_id))
+        hold_idle_streams(h, b.peer_id, b.host.settings.fetch_protocol, 24, hold_s=30)
+        time.sleep(1.0)  # they are open and idle
+        wanted = serve_from(b)
+        assert wait_until(lambda: any(x.announcement.digest == wanted for x in c.board.fresh()))
+        started = time.monotonic()
+        assert c.plan_fetches(np.random.default_rng(0)) == 1
+        assert wait_until(lambda: c.inbox._queue.qsize() == 1, timeout_s=15)
+        assert time.monotonic() - started < 8
+    finally:
+        c.stop()
+        h.stop()
+        b.stop()
+
+
+def test_unreachable_authors_do_not_hold_the_slots_of_reachable_ones(tmp_path):
+    # Authors whose address accepts TCP and then says nothing (a dead NAT mapping, a tarpit):
+    # each used to hold one of the four fetch slots for 20 s.
+    tarpit = socket.socket()
+    tarpit.bind(("127.0.0.1", 0))
+    tarpit.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        tarpit.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(tarpit.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    b = honest(tmp_path, "b")
+    c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))
+    try:
+        assert wait_until(lambda: meshed(c.host, b.peer_id) and meshed(b.host, c.peer_id))
+        port = tarpit.getsockname()[1]
+        far = [new_identity(tmp_path / f"far{i}").peer_id for i in range(6)]
+        for pid in far:  # announcements of theirs reach c's board (as gossip would bring them)
+            _, ann = bundle_and_announcement(pid, real_groups(1), addrs=(f"/ip4/127.0.0.1/tcp/{port}/p2p/{pid}",))
+            assert c.board.offer(pid, ann)
+        c.reputation.admitted(b.peer_id, 1)  # b delivered before: proven, fetched first
+        wanted = serve_from(b)
+        assert wait_until(lambda: any(x.announcement.digest == wanted for x in c.board.fresh()))
+        started = time.monotonic()
+        assert c.plan_fetches(np.random.default_rng(0)) == 4  # b and NEWCOMER_BUNDLES far authors
+        assert wait_until(lambda: c.inbox._queue.qsize() == 1, timeout_s=15)
+        assert time.monotonic() - started < 4
+        failures: list[str] = []
+        assert wait_until(lambda: failures.extend(c.round_stats()["fetch_failures"]) or len(failures) >= 3, timeout_s=20)
+        assert all("dial" in f for f in failures)
+        assert sum(c.host.cooldown.blocked(pid) for pid in far) == 3  # not dialled again for a while
+    finally:
+        stop.set()
+        c.stop()
+        b.stop()
+        for conn in held:
+            conn.close()
+        tarpit.close()
+
+
+def test_fetches_pending_at_shutdown_are_recorded(tmp_path):
+    b, h = connected_pair(tmp_path, misbehave="never answers")
+    try:
+        body, ann = bundle_and_announcement(h.peer_id, real_groups(), addrs=h.listen_addrs)
+        h.bodies[digest(body)] = body
+        h.publish(ann)
+        assert wait_until(lambda: b.board.fresh())
+        assert b.plan_fetches(np.random.default_rng(0)) == 1
+        assert wait_until(lambda: b._fetches_pending == 1)
+        time.sleep(0.5)  # in flight: the peer never answers
+    finally:
+        b.stop()
+        h.stop()
+    assert b._fetches_pending == 0
+    assert any(ABANDONED in f for f in b.round_stats()["fetch_failures"])
+
+
+def test_silent_connections_are_reaped_and_new_peers_still_get_in(tmp_path):
+    # ~45 attackers' connections that never said anything used to fill a node for good.
+    b = honest(tmp_path, "b")
+    crowd = SilentCrowd(70)
+    try:
+        crowd.start(b.listen_addrs[0])
+        assert wait_until(lambda: crowd.connected >= 45, timeout_s=60)
+        c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))
+        try:
+            assert wait_until(lambda: b.peer_id in c.host.connected_peers() and meshed(b.host, c.peer_id), timeout_s=40)
+            assert wait_until(lambda: len(b.host.connected_peers()) <= admission.KEEP_AT_MOST, timeout_s=30)
+            assert b.peer_id in c.host.connected_peers()  # the honest one is kept
+        finally:
+            c.stop()
+    finally:
+        crowd.stop()
+        b.stop()
+
+
+# ---- addresses across NAT and restarts --------------------------------------------------------------
+
+def test_a_wildcard_listener_is_stored_at_the_address_that_was_dialled(tmp_path):
+    # identify used to advertise /ip4/0.0.0.0/tcp/PORT; the dialler replaced the address it
+    # dialled with it, and with every node on one port, dialled itself.
+    a = honest(tmp_path, "a", listen_host="0.0.0.0")
+    port = a.listen_addrs[0].split("/tcp/")[1].split("/")[0]
+    dialled = f"/ip4/127.0.0.1/tcp/{port}/p2p/{a.peer_id}"
+    b = honest(tmp_path, "b", dial=(dialled,))
+    try:
+        assert all("/0.0.0.0/" not in x for x in a.listen_addrs)
+        assert wait_until(lambda: a.peer_id in b.host.connected_peers())
+        time.sleep(1.5)  # identify has run
+        stored = on_network_thread(b.host, lambda: [str(x) for x in b.host._host.get_peerstore().addrs(ID.from_base58(a.peer_id))])
+        assert stored and stored[0] == dialled.split("/p2p/")[0]
+        assert not any("/0.0.0.0/" in x for x in stored)
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_restarted_bootstrap_node_is_found_again_quickly(tmp_path):
+    a = honest(tmp_path, "a")
+    b = honest(tmp_path, "b", dial=(a.listen_addrs[0],))
+    try:
+        assert wait_until(lambda: a.peer_id in b.host.connected_peers())
+        port = int(a.listen_addrs[0].split("/tcp/")[1].split("/")[0])
+        a.stop()
+        assert wait_until(lambda: a.peer_id not in b.host.connected_peers())
+        time.sleep(5)  # b's dials fail meanwhile (py-libp2p caches that for 60 s)
+        a = honest(tmp_path, "a", port=port)  # same identity, same address
+        started = time.monotonic()
+        assert wait_until(lambda: a.peer_id in b.host.connected_peers(), timeout_s=40)
+        assert time.monotonic() - started < 25
+    finally:
+        b.stop()
+        a.stop()

@@ -162,7 +162,7 @@ def test_a_bundle_that_is_not_the_announced_one_costs_the_peer(pair):
     h.publish(ann)
     assert wait_until(lambda: b.board.fresh())
     b.plan_fetches(np.random.default_rng(0))
-    assert wait_until(lambda: b._strikes.get(h.peer_id) == 1)
+    assert wait_until(lambda: (s := b.reputation.standing(h.peer_id)) is not None and s.refused == 1)
     assert b.inbox._queue.qsize() == 0
     assert "does not match" in b.round_stats()["fetch_failures"][0]
 

@@ -4,10 +4,15 @@
 relayed. It rate-limits each origin (a token bucket), keeps a bounded number of recent
 announcements per origin and in all, and never does more than decode a small message.
 
-`choose()` runs on the round loop: it picks, uniformly at random among fresh announcements that
-carry a learning signal, the bundles worth fetching this round, one per peer, within the
-round's inbound byte budget — so a node's inbound traffic is bounded by its budget, not by the
-swarm's size.
+`choose()` runs on the round loop: it picks the bundles worth fetching this round, one per peer,
+within the round's inbound byte budget — so a node's inbound traffic is bounded by its budget, not
+by the swarm's size. What peers *claim* (a learning signal in their announcement) only orders
+bundles within a tier; the tiers follow what peers *delivered* (reputation.py):
+- proven peers (a positive score) first, drawn at random weighted by their score, within the
+  budget less a share kept for the others (NEWCOMER_SHARE);
+- everyone else — newcomers before peers with a poor record — at most NEWCOMER_BUNDLES a round,
+  so throw-away identities announcing bait can never take more than that, and a newcomer still
+  gets the chance to earn a standing.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from .wire import Announcement, WireError, decode_announcement
 MAX_ORIGINS = 512
 PER_ORIGIN = 4  # most recent announcements kept per origin
 MAX_CLOCK_SKEW_S = 600.0
+NEWCOMER_BUNDLES = 3  # bundles a round from peers without a positive record
+NEWCOMER_SHARE = 0.25  # of the budget, kept from proven peers for them
 
 
 @dataclass(frozen=True)
@@ -127,9 +134,12 @@ class Board:
         rng: np.random.Generator,
         *,
         avoid: Callable[[str], bool] = lambda origin: False,
+        score: Callable[[str], float | None] = lambda origin: None,
         max_bundles: int = 8,
     ) -> list[Heard]:
-        """Bundles to fetch this round: unfetched, one per peer, signal first, within the budget."""
+        """Bundles to fetch this round: unfetched, one per peer, proven peers first, within the budget.
+
+        `score(origin)` is the peer's delivered record (None: nothing on record)."""
         with self._lock:
             taken = set(self._taken)
         latest: dict[str, Heard] = {}
@@ -138,24 +148,41 @@ class Board:
                 continue
             if h.origin not in latest or h.announcement.round > latest[h.origin].announcement.round:
                 latest[h.origin] = h
-        candidates = list(latest.values())
-        with_signal = [h for h in candidates if h.signal_groups]
-        without = [h for h in candidates if not h.signal_groups]
-        chosen, spent = [], 0
-        for pool in (with_signal, without):
-            for i in rng.permutation(len(pool)):
-                h = pool[int(i)]
-                if len(chosen) >= max_bundles:
-                    break
-                if spent + h.announcement.size > budget_bytes:
-                    continue
-                chosen.append(h)
-                spent += h.announcement.size
+        scores = {origin: score(origin) for origin in latest}
+        proven = [h for h in latest.values() if (scores[h.origin] or 0.0) > 0]
+        others = [h for h in latest.values() if (scores[h.origin] or 0.0) <= 0]
+        # Efraimidis–Spirakis keys: a random order in which higher scores tend to come first.
+        keys = {h.origin: rng.random() ** (1.0 / scores[h.origin]) for h in proven}
+        proven.sort(key=lambda h: (h.signal_groups > 0, keys[h.origin]), reverse=True)
+        draw = {h.origin: rng.random() for h in others}
+        # Newcomers first, then the least bad records; a claimed signal only breaks ties.
+        others.sort(key=lambda h: (scores[h.origin] is not None, -(scores[h.origin] or 0.0), h.signal_groups == 0,
+                                   draw[h.origin]))
+        kept = int(NEWCOMER_SHARE * budget_bytes) if others else 0
+        chosen = _fill([], proven, budget_bytes - kept, max_bundles)
+        chosen = _fill(chosen, others, budget_bytes, min(max_bundles, len(chosen) + NEWCOMER_BUNDLES))
         with self._lock:
             self._taken.update(h.announcement.digest for h in chosen)
             if len(self._taken) > 8192:
                 self._taken = {h.announcement.digest for q in self._heard.values() for h in q}
         return chosen
 
+    def heard_from(self, origin: str) -> bool:
+        """Whether an announcement of `origin`'s is on the board (kept, so it passed validation)."""
+        with self._lock:
+            return origin in self._heard
+
     def peers_heard(self) -> int:
         return len({h.origin for h in self.fresh()})
+
+
+def _fill(chosen: list[Heard], pool: list[Heard], budget_bytes: int, max_bundles: int) -> list[Heard]:
+    """`chosen` plus bundles from `pool`, in order, while they fit the budget and the count."""
+    spent = sum(h.announcement.size for h in chosen)
+    for h in pool:
+        if len(chosen) >= max_bundles:
+            break
+        if spent + h.announcement.size <= budget_bytes:
+            chosen.append(h)
+            spent += h.announcement.size
+    return chosen

@@ -47,6 +47,9 @@ MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peer
 REQUEST_LINE_LIMIT = 80
 CLOSE_TIMEOUT_S = 2.0  # closing a connection made only for one fetch
 ABANDONED = "not fetched: the swarm host stopped first"
+IN_FLIGHT = "a fetch from this peer is already in flight"
+COOLING = "could not be dialled lately: not tried again yet"
+NOT_THE_PEERS_FAULT = frozenset({ABANDONED, IN_FLIGHT, COOLING})  # outcomes that say nothing of the peer
 
 BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we still have it
 FetchDone = Callable[[str, str, bytes | None, str, float], None]  # peer, digest, body|None, why, seconds
@@ -100,7 +103,7 @@ class BundleExchange:
 
     async def _fetch_once(self, peer: str, digest: str, max_bytes: int, addrs) -> tuple[bytes | None, str]:
         if peer in self._fetching:
-            return None, "a fetch from this peer is already in flight"
+            return None, IN_FLIGHT
         self._fetching.add(peer)
         transient = False
         try:
@@ -136,7 +139,7 @@ class BundleExchange:
     async def _dial(self, peer: str, pid: ID, addrs) -> str:
         """Connect to an author for a fetch; "" once connected, else why not (and it cools down)."""
         if self._cooldown.blocked(peer):
-            return "could not be dialled lately: not tried again yet"
+            return COOLING
         infos = [i for i in (_peer_info_or_none(a) for a in addrs) if i and i.peer_id == pid]
         if not infos:
             return "not connected and no address announced"

@@ -43,6 +43,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from .addresses import dialable_addrs, interface_hosts, is_loopback
+from .admission import ConnectionKeeper, Rank
 from .bundle_protocol import ABANDONED, BundleExchange, BundleSource, FetchDone
 from .counting_transport import Counters, CountingTCP
 from .dialer import DialCooldown, Dialer, parse_peer_addr
@@ -60,8 +61,10 @@ log = logging.getLogger("swarmling.swarm")
 GOSSIPSUB_PROTOCOL = TProtocol("/meshsub/1.1.0")
 # Connections are bounded whatever the swarm's size; py-libp2p's auto-connector (which dials every
 # address in the peerstore, ephemeral ports included, whenever fewer than 100 are open) is off:
-# the dialer decides whom to dial.
-CONNECTIONS = ConnectionConfig(max_connections=64, high_watermark=48, low_watermark=0, min_connections=0,
+# the dialer decides whom to dial. Whom to keep is admission.py's (it keeps far fewer than this
+# hard cap, so newcomers find room); py-libp2p's own pruner is left idle (high watermark = cap):
+# it never closes a connection with a stream open, and every pubsub peer has one.
+CONNECTIONS = ConnectionConfig(max_connections=96, high_watermark=96, low_watermark=0, min_connections=0,
                                max_connections_per_peer=2)
 PUBLISH_QUEUE, FETCH_QUEUE = 64, 256  # items waiting for the trio thread; more are dropped
 PUBLISH_WAIT_S = 10.0  # longest a publish waits for peers' queues to drain
@@ -123,6 +126,8 @@ class SwarmHost:
         serve_bundle: BundleSource,
         on_fetched: FetchDone,
         app_score: Callable[[str], float] = lambda peer: 0.0,
+        keeps_peer: Callable[[str], bool] = lambda peer: False,
+        peer_rank: Rank = lambda peer: (False, 0.0),
     ) -> None:
         self.settings = settings
         self.key_pair = key_pair
@@ -137,6 +142,7 @@ class SwarmHost:
         self._trio = TrioThread("swarmling-libp2p", self._main)
         self._dialer = Dialer(self.peer_id)
         self.cooldown = DialCooldown()  # bundle authors we could not dial lately
+        self._keeper = ConnectionKeeper(lambda peer: self._dialer.is_target(peer) or keeps_peer(peer), peer_rank)
         self._publish_send: trio.MemorySendChannel | None = None
         self._fetch_send: trio.MemorySendChannel | None = None
         self._health = HealthBoard()
@@ -253,6 +259,7 @@ class SwarmHost:
                     nursery.start_soon(self._publish_loop, publish_recv)
                     nursery.start_soon(self._bundles.fetch_each, fetch_recv)
                     nursery.start_soon(self._dialer.run, host)
+                    nursery.start_soon(self._keeper.run, host, pubsub, s.topic)
                     await self._trio.until_stopped()
                     nursery.cancel_scope.cancel()
         finally:

@@ -7,7 +7,10 @@ Flow per round (all calls return at once; the network works in its own thread):
    announcement of it;
 3. fetched bundles are checked against the announced digest and dropped into the inbox, which
    the round drains (decode, regenerate, re-score) when it builds its training set;
-4. `round_stats()` reports peers and bytes for the round's metrics record.
+4. `record_intake()` / `penalize()` after the round: what each peer's groups were worth, the
+   reputation (reputation.py) that orders whom the next rounds fetch from and keep connected;
+5. `round_stats()` reports peers and bytes for the round's metrics record; `health()` whether
+   the host runs and how often it had to be restarted.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ import numpy as np
 
 from ..events import PeerView
 from ..rollout import QuestionGroup
+from ..round_record import SWARM_FIELDS
 from .board import Board
-from .host import HostSettings, SwarmHost, parse_peer_addr
+from .bundle_protocol import NOT_THE_PEERS_FAULT
+from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
 from .identity import Identity
 from .inbox import Inbox
+from .reputation import Reputation
 from .wire import (
     PROTOCOL_VERSION,
     WireError,
@@ -45,18 +51,8 @@ log = logging.getLogger("swarmling.swarm")
 KNOWN_PEERS_FILE = "known_peers.json"
 MAX_KNOWN_PEERS = 64
 OWN_BUNDLES_KEPT = 4  # peers fetch a bundle within a round or two of its announcement
-STRIKES_TO_IGNORE = 5  # bad bundles before a peer's announcements are no longer fetched
-MAX_LEDGER_PEERS = 512  # as many origins as the board tracks
-STRIKE_SCORE = -5.0  # application score per strike, fed to GossipSub's peer scoring
-
-
-@dataclass
-class _PeerRecord:
-    """What this node has seen of one peer, for the viewers."""
-
-    received: int = 0
-    used: int = 0
-    fetch_seconds: float | None = None
+STRIKES_TO_IGNORE = 5  # refused groups before a peer's announcements are no longer fetched
+STRIKE_SCORE = -5.0  # GossipSub application score per refused group: only verified faults cost gossip standing
 
 
 @dataclass(frozen=True)
@@ -81,13 +77,13 @@ class SwarmNetwork:
         self.board = Board(settings.name, self.peer_id)
         self._own: OrderedDict[str, bytes] = OrderedDict()  # digest -> body we serve
         self._own_lock = threading.Lock()
-        self._strikes: dict[str, int] = {}
+        self.reputation = Reputation()
         self._fetch_failures: deque[str] = deque(maxlen=50)
         self._fetched = 0
         self._bundle_bytes_in = 0  # payload only: the part the inbound budget bounds
+        self._pending_lock = threading.Lock()
+        self._fetches_pending = 0  # asked of the host, outcome not back yet
         self._last_counters = (0, 0)
-        self._ledger: OrderedDict[str, _PeerRecord] = OrderedDict()
-        self._ledger_lock = threading.Lock()  # fetch latencies arrive on the network thread
         for addr in (*settings.bootstrap, *settings.peers):
             parse_peer_addr(addr)  # a typo is the user's to fix now, not a silent dial failure later
         dial = tuple(dict.fromkeys((*settings.bootstrap, *settings.peers, *self._load_known())))
@@ -98,7 +94,9 @@ class SwarmNetwork:
             gossip_validator=self.board.offer,
             serve_bundle=self._serve,
             on_fetched=self._on_fetched,
-            app_score=lambda peer: STRIKE_SCORE * self._strikes.get(peer, 0),
+            app_score=self._gossip_score,
+            keeps_peer=self.reputation.proven,
+            peer_rank=lambda peer: (self.board.heard_from(peer), self.reputation.score(peer)),
         )
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -106,8 +104,14 @@ class SwarmNetwork:
         self.host.start()
 
     def stop(self) -> None:
+        """Stop the host; fetches still pending get their outcome (a failure: the node stopped)
+        first, so a `round_stats()` after this counts them."""
         self._save_known()
         self.host.stop()
+
+    def health(self) -> HostHealth:
+        """Whether the swarm host runs now, its restarts so far, and the last failure's cause."""
+        return self.host.health()
 
     @property
     def listen_addrs(self) -> list[str]:
@@ -116,13 +120,23 @@ class SwarmNetwork:
     # ---- per round ---------------------------------------------------------------------------
     def plan_fetches(self, rng: np.random.Generator, budget_bytes: int | None = None) -> int:
         budget = self.settings.inbound_budget_bytes if budget_bytes is None else min(budget_bytes, self.settings.inbound_budget_bytes)
-        chosen = self.board.choose(
-            budget, rng, avoid=lambda peer: self._strikes.get(peer, 0) >= STRIKES_TO_IGNORE
-        )
+        chosen = self.board.choose(budget, rng, avoid=self._not_now, score=self._delivered)
         for heard in chosen:
             ann = heard.announcement
-            self.host.fetch(heard.origin, ann.digest, ann.size, tuple(ann.addrs))
+            if self.host.fetch(heard.origin, ann.digest, ann.size, tuple(ann.addrs)):
+                with self._pending_lock:
+                    self._fetches_pending += 1
         return len(chosen)
+
+    def _not_now(self, peer: str) -> bool:
+        """Not worth a fetch this round: refused too often, failing lately, or not dialable lately."""
+        standing = self.reputation.standing(peer)
+        return ((standing is not None and standing.refused >= STRIKES_TO_IGNORE)
+                or self.reputation.cooling_down(peer) or self.host.cooldown.blocked(peer))
+
+    def _delivered(self, peer: str) -> float | None:
+        standing = self.reputation.standing(peer)
+        return None if standing is None else standing.score
 
     def share(self, groups: Sequence[QuestionGroup], round_no: int, prefill: str) -> int:
         """Offer this round's groups to the swarm; returns the bundle's size (0 if nothing shared)."""
@@ -147,44 +161,41 @@ class SwarmNetwork:
 
     def penalize(self, peer: str, count: int = 1) -> None:
         """The peer sent groups that failed verification (or a bundle that did not match its digest)."""
-        self._strikes[peer] = self._strikes.get(peer, 0) + count
+        self.reputation.refused(peer, count)
 
     def record_intake(self, admitted_by_peer: dict[str, int], used: Sequence[QuestionGroup]) -> None:
         """A round's verified groups per peer and the ones its update trained on."""
         for peer, count in admitted_by_peer.items():
-            self._record(peer).received += count
+            self.reputation.admitted(peer, count)
+        used_by_peer: dict[str, int] = {}
         for group in used:
             if group.source != "local":
-                self._record(group.source).used += 1
+                used_by_peer[group.source] = used_by_peer.get(group.source, 0) + 1
+        for peer, count in used_by_peer.items():
+            self.reputation.used(peer, count)
 
-    def _record(self, peer: str) -> _PeerRecord:
-        with self._ledger_lock:
-            record = self._ledger.get(peer)
-            if record is None:
-                record = self._ledger[peer] = _PeerRecord()
-                while len(self._ledger) > MAX_LEDGER_PEERS:
-                    self._ledger.popitem(last=False)
-            return record
+    def _gossip_score(self, peer: str) -> float:
+        standing = self.reputation.standing(peer)
+        return 0.0 if standing is None else STRIKE_SCORE * standing.refused
 
     def peer_views(self) -> tuple[PeerView, ...]:
         """Connected peers first, then the ones that sent groups, busiest first."""
         addrs = {a.rsplit("/p2p/", 1)[-1]: a for a in self.host.connected_addrs()}
         connected = set(self.host.connected_peers())
-        with self._ledger_lock:
-            ledger = dict(self._ledger)
-        views = [
-            PeerView(
+        ledger = self.reputation.snapshot()
+        views = []
+        for peer in connected | set(ledger):
+            standing = ledger.get(peer)
+            views.append(PeerView(
                 peer_id=peer,
                 address=addrs.get(peer, ""),
                 connected=peer in connected,
-                fetch_seconds=(rec := ledger.get(peer, _PeerRecord())).fetch_seconds,
-                received=rec.received,
-                used=rec.used,
-                rejected=self._strikes.get(peer, 0),
-                score=STRIKE_SCORE * self._strikes.get(peer, 0),
-            )
-            for peer in connected | set(ledger)
-        ]
+                fetch_seconds=standing.fetch_seconds if standing else None,
+                received=standing.admitted if standing else 0,
+                used=standing.used if standing else 0,
+                rejected=standing.refused if standing else 0,
+                score=standing.score if standing else 0.0,
+            ))
         views.sort(key=lambda v: (not v.connected, -v.received, v.peer_id))
         return tuple(views)
 
@@ -201,7 +212,7 @@ class SwarmNetwork:
         fetch_s = list(self.host.fetch_latency_s)
         announce_s = self.board.take_latencies()
         bundle_bytes, self._bundle_bytes_in = self._bundle_bytes_in, 0
-        return {
+        stats = {
             "peers": len(self.host.connected_peers()),
             "peers_heard": self.board.peers_heard(),
             "bytes_in": bytes_in - last_in,
@@ -213,7 +224,11 @@ class SwarmNetwork:
             "fetch_failures": failures[:5],
             "fetch_seconds_p50": round(float(np.median(fetch_s)), 4) if fetch_s else None,
             "announce_latency_s_p50": round(float(np.median(announce_s)), 4) if announce_s else None,
+            "fetches_pending": self._fetches_pending,
+            "host_restarts": self.host.health().restarts,
         }
+        # Figures the round record does not have a field for yet are left out, not refused.
+        return {key: value for key, value in stats.items() if key in SWARM_FIELDS}
 
     # ---- network-thread callbacks --------------------------------------------------------------
     def _serve(self, wanted: str) -> bytes | None:
@@ -221,16 +236,21 @@ class SwarmNetwork:
             return self._own.get(wanted)
 
     def _on_fetched(self, peer: str, wanted: str, body: bytes | None, why: str, seconds: float) -> None:
+        with self._pending_lock:
+            self._fetches_pending = max(0, self._fetches_pending - 1)
         if body is None:
             self._fetch_failures.append(f"{peer[:16]}: {why}")
+            if why not in NOT_THE_PEERS_FAULT:
+                self.reputation.fetch_failed(peer)
             return
         if digest(body) != wanted:
             self._fetch_failures.append(f"{peer[:16]}: bundle does not match its announced digest")
             self.penalize(peer)
+            self.reputation.fetch_failed(peer)
             return
         self._fetched += 1
         self._bundle_bytes_in += len(body)
-        self._record(peer).fetch_seconds = round(seconds, 3)
+        self.reputation.fetch_succeeded(peer, seconds)
         self.inbox.offer(peer, body)
 
     # ---- known peers ---------------------------------------------------------------------------
