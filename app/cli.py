@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="show hardware, the backend it would use and why, model and paths")
     _add_overrides(doctor)
 
+    ev = sub.add_parser("eval", help="held-out accuracy of a checkpoint (default: the newest) or the base model")
+    ev.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
+    ev.add_argument("--base", action="store_true", help="the base model, without any adapter")
+    ev.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_overrides(ev)
+
     bench = sub.add_parser("bench", help="time a round's phases against raw llama.cpp throughput")
     bench.add_argument("--rounds", type=_positive, default=2, help="rounds to time (default 2; the first warms up)")
     _add_overrides(bench)
@@ -168,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_gpu import bench_gpu
 
         return bench_gpu(args.device, args.tiny, args.rounds)
+    if args.command == "eval":
+        from .evaluation import eval_command
+
+        return _guard(lambda: eval_command(config, paths, args.checkpoint, args.base, args.json))
     if args.command == "bench":
         from .bench import bench
 

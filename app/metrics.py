@@ -69,4 +69,5 @@ def format_round(m: RoundRecord) -> str:
         f"solved {m.solved}/{m.questions}  signal {m.signal_share:.0%}  tags {m.tag_rate:.0%}  |  "
         f"generate {s.get('generate', 0):.1f}s score {s.get('score', 0):.2f}s {train}"
         f"hand-off {s.get('hand-off', 0):.2f}s  |  {m.tokens_per_s:.0f} tok/s"
+        + (f"  |  held-out {m.eval_accuracy:.0%} (round {m.eval_of_round})" if m.eval_accuracy is not None else "")
     )

@@ -31,6 +31,7 @@ from .control import ControlServer, open_control
 from .curriculum import Curriculum
 from .defaults import ResourceError, Resolved, memory_note, resolve
 from .errors import NodeError
+from .evaluation import EvalResult, eval_fields, evaluate
 from .events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished, RoundRollouts, StateChanged, group_views
 from .guest import Readings
 from .guest_monitor import GuestMonitor
@@ -78,6 +79,8 @@ class Node:
         self.curriculum: Curriculum | None = None
         self.round = 0
         self.last_record: RoundRecord | None = None
+        # The held-out score of the weights the node started from, for its first round's record.
+        self._start_eval: EvalResult | None = None
         self.swarm = OfflineSwarm(self.emit)
         # The services around the loop.
         self._lock = StateDirLock(self.paths.state_dir)
@@ -220,6 +223,7 @@ class Node:
         done = 0
         if not self.lifecycle.held:
             self.emit(StateChanged("running"))
+            self._evaluate_start()
         while rounds is None or done < rounds:
             self._wait_while_held()
             if self.lifecycle.stopping:
@@ -251,12 +255,19 @@ class Node:
             # Peers' bundles that arrived while we generated are verified when the round samples.
             external=lambda: self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0,
                                                         round_no),
-            should_stop=lambda: self.lifecycle.drops_round(self.config.resources.on_suspend == "abandon"),
+            should_stop=self._drops_round,
             on_phase=lambda phase: self._on_phase(round_no, phase),
             share=self.swarm.sharer(round_no, prefill),
             on_progress=ProgressReporter(round_no, self.emit),
         )
         rejected, swarm_stats = self.swarm.finish_round(outcome.trained, outcome.used_external)
+        every = self.config.eval.every_rounds
+        if every and round_no % every == 0:
+            # The update is applied: measuring it can no longer be abandoned (the checkpoint must follow).
+            evaluated_round, result = round_no, self._evaluate(round_no)
+        else:
+            evaluated_round, result = self.round, self._start_eval
+        self._start_eval = None
         record = msgspec.structs.replace(
             outcome.record,
             external_rejected=rejected,
@@ -267,6 +278,7 @@ class Node:
             backend=self.slot.backend.info().name,
             rss_bytes=psutil.Process().memory_info().rss,
             swarm=swarm_stats,
+            **(eval_fields(result, evaluated_round) if result is not None else {}),
         )
         write_checkpoint(
             self.paths.checkpoints, round_no, seed=self.seed, model=self.model.name, rng=self.rng,
@@ -300,6 +312,25 @@ class Node:
             self.emit(StateChanged("starting", "reloading the model"))
             self.slot.reload()
         self.emit(StateChanged("running"))
+
+    def _evaluate_start(self) -> None:
+        """The held-out score of the weights the node starts from (the base model on a fresh start)."""
+        if not self.config.eval.every_rounds or self._start_eval is not None:
+            return
+        try:
+            self._start_eval = self._evaluate(self.round, self._drops_round)
+        except Abandoned:
+            return  # paused or stopped at once: the first eval round measures it later
+
+    def _evaluate(self, weights_round: int, should_stop=None) -> EvalResult:
+        result = evaluate(self.slot.backend, self.preset, self.config.reward.prefill_answer,
+                          self.resolved.max_new_tokens, should_stop)
+        per = ", ".join(f"{d} {a:.0%}" for d, a in result.per_dataset.items())
+        self.emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per})"))
+        return result
+
+    def _drops_round(self) -> bool:
+        return self.lifecycle.drops_round(self.config.resources.on_suspend == "abandon")
 
     def _on_phase(self, round_no: int, phase: str) -> None:
         self.phase = phase

@@ -24,7 +24,7 @@ from .reward import CLOSE, OPEN, score
 from .rollout import QuestionGroup, ScoredCompletion
 from .round_record import RoundRecord, TrainRecord
 from .sampler import select_groups
-from .tasks import Preset, regenerate
+from .tasks import EVAL_SEED, Preset, regenerate
 
 # Measured on the shipped 135M model with the reply pre-started by "<answer>" (starter preset,
 # 18 questions x 8 completions): with this one-example prompt 52% of replies close the tag and 89%
@@ -102,7 +102,7 @@ def run_round(
     phase("tasks")
     picks = curriculum.pick(rng, settings.questions)
     tasks = [
-        regenerate(preset.spec(dataset, level, int(rng.integers(2**31)), int(rng.integers(1_000_000))))
+        regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
         for dataset, level in picks
     ]
     prefill = OPEN if settings.prefill_answer else ""

@@ -41,6 +41,7 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
 
 
 SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)
+EVAL_FIELDS = ("eval_accuracy", "eval_per_dataset", "eval_of_round", "eval_seconds")
 
 
 class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
@@ -74,6 +75,11 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     external_age_rounds_mean: float | None = None
     # Who taught this node what: peer id -> its groups the update trained on.
     external_groups_by_peer: dict[str, int] = msgspec.field(default_factory=dict)
+    # ---- the held-out score (app/evaluation.py), on the rounds that measured it ----
+    eval_accuracy: float | None = None
+    eval_per_dataset: dict[str, float] | None = None
+    eval_of_round: int | None = None  # the round whose weights were evaluated (0: the base model)
+    eval_seconds: float | None = None
     # ---- added by the node ----
     external_rejected: int = 0
     timestamp: float = 0.0
@@ -88,8 +94,9 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
 
     def to_dict(self) -> dict[str, Any]:
         data = msgspec.to_builtins(self)
-        if data["train"] is None:
-            del data["train"]
+        for optional in ("train", *EVAL_FIELDS):  # written only on the rounds that have them
+            if data[optional] is None:
+                del data[optional]
         swarm = data.pop("swarm")
         return data | (swarm or {})
 

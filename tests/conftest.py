@@ -22,6 +22,8 @@ os.environ.setdefault("SWARMLING_CACHE_DIR", str(TEST_CACHE))
 # Nodes started by tests that are not about the swarm run alone (no port, no mDNS on the test
 # machine); swarm tests switch it on with --set, which outranks the environment.
 os.environ["SWARMLING_SWARM__ENABLED"] = "false"
+# Likewise without the held-out evaluation at start (96 replies), except where a test asks for it.
+os.environ["SWARMLING_EVAL__EVERY_ROUNDS"] = "0"
 
 
 MODEL_FIXTURES = {"generator", "backend", "backend_factory", "torch_backend", "mlx_backend"}

@@ -18,7 +18,7 @@ from ...backends.base import ChatPrompt, Sampler
 from ..reward import CLOSE, OPEN, score
 from ..rollout import QuestionGroup, ScoredCompletion
 from ..round import SYSTEM_PROMPT
-from ..tasks import TaskError, load_preset, preset_names, regenerate
+from ..tasks import EVAL_SEED, TaskError, load_preset, preset_names, regenerate
 from .wire import WireGroup
 
 
@@ -97,6 +97,8 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
     spec = wire.spec.task_spec()
     if spec.preset not in preset_names():
         return Rejected(peer, f"unknown preset {spec.preset!r}", blame=False)
+    if spec.seed >= EVAL_SEED:  # no round draws these: held out for evaluation, never trained on
+        return Rejected(peer, "a task from the held-out evaluation seeds")
     try:
         level = load_preset(spec.preset).level_of(spec)
         task = regenerate(spec)

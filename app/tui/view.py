@@ -93,6 +93,7 @@ class NodeView:
     last_round: RoundRecord | None = None  # the last finished round's record
     # learning
     history: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # (round, own, peers)
+    evals: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # (round, held-out accuracy)
     tasks: dict[str, TaskRow] = field(default_factory=dict)
     # swarm
     peers: tuple[PeerView, ...] = ()
@@ -178,6 +179,8 @@ class NodeView:
         self.phases_done = set(PHASES)
         self.phase = ""
         self.history.append((m.round, m.reward_mean, m.external_reward_mean))
+        if m.eval_accuracy is not None:
+            self.evals.append((m.eval_of_round, m.eval_accuracy))
         levels = m.levels
         for dataset, success in m.per_dataset.items():
             row = self.tasks.get(dataset) or self.tasks.setdefault(dataset, TaskRow(dataset, 0, 0.0))

@@ -1,5 +1,5 @@
-"""Is it learning? Reward over rounds (own, and peers' groups as verified here) and per-task
-success with the curriculum's current level."""
+"""Is it learning? Reward over rounds (own, and peers' groups as verified here), the held-out
+accuracy, and per-task success with the curriculum's current level."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class RewardPlot(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title("reward per round")
+        plt.title("reward and held-out accuracy per round")
         plt.ylim(0, 1)
         if view.history:
             rounds = [r for r, _, _ in view.history]
@@ -26,6 +26,8 @@ class RewardPlot(PlotextPlot):
             peers = [(r, p) for r, _, p in view.history if p is not None]
             if peers:
                 plt.plot([r for r, _ in peers], [p for _, p in peers], label="peers (verified here)", marker="braille")
+        if view.evals:  # the curve that says whether the model got better: tasks it never trained on
+            plt.plot([r for r, _ in view.evals], [a for _, a in view.evals], label="held-out accuracy", marker="dot")
         self.refresh()
 
 

@@ -1,0 +1,134 @@
+"""The held-out score: did the model get better at the preset's tasks?
+
+Each preset has a fixed evaluation set: tasks from seeds at or above `tasks.EVAL_SEED`, which no
+training round draws and which the swarm's intake refuses, across the preset's datasets at their
+first (easiest) levels, about 96 items. Every reply is decoded near-greedily (a very low
+temperature with a fixed seed, since the samplers need a distribution to draw from) and scored
+right or wrong, so two evaluations of the same weights agree, and the training reward's moving
+curriculum and format bonus never enter it.
+
+Held out means no training round draws these items; it cannot mean that no training question
+reads the same: the easiest levels have few distinct questions (2 one-digit terms: 100 sums), so
+some evaluation questions also come up in training. Held-out accuracy therefore measures the
+skill on the preset's easy levels, not recall of items; the harder the level, the fewer repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from statistics import fmean
+
+from ..backends.adapter_format import ADAPTER_CONFIG
+from ..backends.base import Abandoned, ChatPrompt, Sampler, SamplingParams
+from .config import Config
+from .errors import NodeError
+from .paths import Paths
+from .reward import CLOSE, OPEN, score
+from .round import SYSTEM_PROMPT
+from .tasks import EVAL_SEED, Preset, Task, load_preset, regenerate
+
+EVAL_ITEMS = 96  # spread evenly over the preset's datasets
+EVAL_LEVELS = 2  # each dataset's first levels: where a small model can show progress
+EVAL_TEMPERATURE = 0.01
+EVAL_SAMPLING_SEED = 20_250_913
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    per_dataset: dict[str, float]
+    items: int
+    seconds: float
+
+
+def eval_fields(result: EvalResult, weights_round: int) -> dict:
+    """The round record's held-out fields for a result measured on the weights of `weights_round`."""
+    return {"eval_accuracy": result.accuracy, "eval_per_dataset": result.per_dataset,
+            "eval_of_round": weights_round, "eval_seconds": result.seconds}
+
+
+@lru_cache(maxsize=8)
+def eval_tasks(preset_name: str) -> tuple[Task, ...]:
+    """The preset's evaluation set, the same on every machine."""
+    preset = load_preset(preset_name)
+    per_dataset = max(1, EVAL_ITEMS // len(preset.datasets))
+    tasks = []
+    for d, dataset in enumerate(preset.datasets):
+        levels = min(EVAL_LEVELS, len(preset.levels[dataset]))
+        for i in range(per_dataset):
+            tasks.append(regenerate(preset.spec(dataset, i % levels, EVAL_SEED + d, i)))
+    return tuple(tasks)
+
+
+def evaluate(
+    sampler: Sampler,
+    preset: Preset,
+    prefill_answer: bool,
+    max_new_tokens: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> EvalResult:
+    """Accuracy on the preset's evaluation set; raises Abandoned when `should_stop` turns true."""
+    started = time.perf_counter()
+    tasks = eval_tasks(preset.name)
+    prefill = OPEN if prefill_answer else ""
+    prompts = [ChatPrompt(SYSTEM_PROMPT, t.question, prefill) for t in tasks]
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=EVAL_TEMPERATURE, stop=(CLOSE,),
+                            seed=EVAL_SAMPLING_SEED)
+    generated = sampler.generate(prompts, 1, params, should_stop)
+    replies = [group[0] for group in generated.completions]
+    if any(c.finish_reason == "abandoned" for c in replies):
+        raise Abandoned("evaluation abandoned")
+    right: dict[str, list[float]] = {}
+    for task, reply in zip(tasks, replies):
+        right.setdefault(task.spec.dataset, []).append(score(task, prefill + reply.text, 0.0).strict)
+    return EvalResult(
+        accuracy=fmean(s for scores in right.values() for s in scores),
+        per_dataset={d: fmean(scores) for d, scores in sorted(right.items())},
+        items=len(tasks),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+# ---- `swarmling eval` ------------------------------------------------------------------------------
+
+def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bool, as_json: bool) -> int:
+    """Evaluate a checkpoint (default: this home's newest), or the base model, and print the scores."""
+    from .backend_slot import BackendSlot, backend_spec, model_scale
+    from .checkpoint import latest_checkpoint
+    from .defaults import resolve
+    from .hardware import choose_backend, detect
+    from .models import resolve_model
+
+    if checkpoint is None and not base:
+        newest = latest_checkpoint(paths.checkpoints)
+        checkpoint = newest.path if newest is not None else None
+    if checkpoint is not None and not (checkpoint / ADAPTER_CONFIG).exists():
+        raise NodeError(f"{checkpoint} is not a swarmling checkpoint (no {ADAPTER_CONFIG} in it)")
+    hardware = detect()
+    preset = load_preset(config.round.preset)
+    model = resolve_model(config.model.name, paths.cache_dir)
+    resolved = resolve(config, hardware, preset, model_scale(model))
+    kind = choose_backend(hardware, config.backend.kind).name
+    slot = BackendSlot(backend_spec(kind, config, paths, resolved, model, seed=0), paths.checkpoints)
+    backend = slot.open()
+    try:
+        if checkpoint is not None:
+            backend.load_adapter(checkpoint)
+            backend.hand_off()
+        result = evaluate(backend, preset, config.reward.prefill_answer, resolved.max_new_tokens)
+    finally:
+        slot.close()
+    weights = str(checkpoint) if checkpoint is not None else f"base model {model.name}"
+    if as_json:
+        print(json.dumps({"weights": weights, "preset": preset.name, **asdict(result)}, indent=1))
+        return 0
+    print(f"held-out accuracy of {weights} on preset {preset.name}: {result.accuracy:.1%} "
+          f"({result.items} items, {result.seconds:.1f} s)")
+    for dataset, accuracy in result.per_dataset.items():
+        print(f"  {dataset:<24} {accuracy:6.1%}")
+    return 0

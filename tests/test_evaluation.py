@@ -1,0 +1,61 @@
+"""The held-out score: a fixed evaluation set no round trains on, scored the same way every time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from fakes import FakeBackend
+from test_node_loop import make_node, records
+
+from swarmling.app.curriculum import Curriculum
+from swarmling.app.evaluation import EVAL_ITEMS, eval_tasks, evaluate
+from swarmling.app.round import run_round
+from swarmling.app.tasks import EVAL_SEED, load_preset, preset_names
+from test_round import SETTINGS
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_the_evaluation_set_is_fixed_and_never_drawn_by_a_round(name):
+    tasks = eval_tasks(name)
+    preset = load_preset(name)
+    assert EVAL_ITEMS - len(preset.datasets) < len(tasks) <= EVAL_ITEMS
+    assert {t.spec.dataset for t in tasks} == set(preset.datasets)
+    assert all(t.spec.seed >= EVAL_SEED for t in tasks)
+    rng, drawn = np.random.default_rng(0), set()
+    for round_no in range(1, 26):  # 100 training tasks, drawn as rounds draw them
+        outcome = run_round(round_no, FakeBackend(), preset, Curriculum(preset), SETTINGS, rng)
+        drawn |= {g.task.spec.seed for g in outcome.groups}
+    assert max(drawn) < EVAL_SEED
+    assert eval_tasks(name) is tasks and [t.question for t in eval_tasks.__wrapped__(name)] == [t.question for t in tasks]
+
+
+def test_a_node_scores_its_start_and_every_n_rounds(tmp_path):
+    node, _ = make_node(tmp_path, **{"eval.every_rounds": 2})
+    try:
+        assert node.run(4) == 4
+    finally:
+        node.close()
+    recs = records(tmp_path)
+    assert [r.get("eval_of_round") for r in recs] == [0, 2, None, 4]  # the start's weights ride on round 1
+    assert all(0 <= r["eval_accuracy"] <= 1 and r["eval_per_dataset"] for r in recs if "eval_of_round" in r)
+
+
+def test_evaluation_of_the_same_weights_agrees_with_itself(backend):
+    preset = load_preset("starter")
+    first = evaluate(backend, preset, prefill_answer=True, max_new_tokens=16)
+    second = evaluate(backend, preset, prefill_answer=True, max_new_tokens=16)
+    assert first.per_dataset == second.per_dataset and first.items == len(eval_tasks("starter"))
+
+
+@pytest.mark.slow
+def test_the_eval_command_scores_the_base_model(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "eval", "--json",
+                          "--set", "round.max_new_tokens=8"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["weights"].startswith("base model") and 0 <= result["accuracy"] <= 1
+    assert set(result["per_dataset"]) == set(load_preset("starter").datasets)
