@@ -83,6 +83,16 @@ class TrainSection(_Section):
     weight_decay: float = Field(default=0.0, ge=0)
     microbatch_tokens: int | None = Field(default=None, ge=64)
 
+    @field_validator("lora_dropout")
+    @classmethod
+    def _no_dropout(cls, value: float) -> float:
+        if value != 0:
+            raise ValueError(
+                "must be 0: with dropout the trained policy is not the one that sampled (pi_old and the "
+                "importance weights would compare two different networks)"
+            )
+        return value
+
     @field_validator("target_modules")
     @classmethod
     def _non_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ LEVEL_UP_AT = 0.6
 LEVEL_DOWN_BELOW = 0.05
 MIN_GROUPS_UP = 4
 MIN_GROUPS_DOWN = 12
+NEW_LEVEL_PRIOR = 0.5  # the success a level is assumed to have until its first group is scored
 
 
 @dataclass
@@ -67,10 +68,13 @@ class Curriculum:
         prog.success = strict_mean if prog.groups == 0 else (1 - EMA) * prog.success + EMA * strict_mean
         prog.groups += 1
         top = len(self.preset.levels[dataset]) - 1
+        # A new level starts at NEW_LEVEL_PRIOR, not 0: at 0 it would be picked ~5x less than a
+        # dataset at the edge of the model's ability just when it becomes interesting. Its first
+        # group replaces the prior.
         if prog.success >= LEVEL_UP_AT and prog.groups >= MIN_GROUPS_UP and prog.level < top:
-            self.progress[dataset] = DatasetProgress(level=prog.level + 1)
+            self.progress[dataset] = DatasetProgress(level=prog.level + 1, success=NEW_LEVEL_PRIOR)
         elif prog.success < LEVEL_DOWN_BELOW and prog.groups >= MIN_GROUPS_DOWN and prog.level > 0:
-            self.progress[dataset] = DatasetProgress(level=prog.level - 1)
+            self.progress[dataset] = DatasetProgress(level=prog.level - 1, success=NEW_LEVEL_PRIOR)
 
     def record_tag_rate(self, rate: float) -> None:
         self.tag_rate = (1 - EMA) * self.tag_rate + EMA * rate

@@ -17,8 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-# Architectures whose GGUF conversion applies the rotary row permutation to q and k weights.
+# Architectures whose GGUF conversion applies the rotary row permutation to q and k weights, and
+# those checked to need none. A wrong guess fails silently (the adapter just computes something
+# else in llama.cpp), so any other architecture is refused until someone checks it.
 PERMUTED_QK_ARCHS = frozenset({"llama"})
+UNPERMUTED_ARCHS = frozenset({"gemma3"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ def write_gguf_lora(lora_state: Mapping[str, np.ndarray], shape: ModelShape, alp
     writer.add_string("general.type", "adapter")
     writer.add_string("adapter.type", "lora")
     writer.add_float32("adapter.lora.alpha", float(alpha))
+    if shape.arch not in PERMUTED_QK_ARCHS | UNPERMUTED_ARCHS:
+        raise ValueError(
+            f"no checked GGUF LoRA layout for architecture {shape.arch!r} (checked: "
+            f"{', '.join(sorted(PERMUTED_QK_ARCHS | UNPERMUTED_ARCHS))}); run it on the CUDA or MLX backend"
+        )
     permute = shape.arch in PERMUTED_QK_ARCHS
     for key in sorted(lora_state):
         tensor = np.ascontiguousarray(np.asarray(lora_state[key], dtype=np.float32))

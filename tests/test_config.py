@@ -115,3 +115,12 @@ def test_swarm_peer_addresses_are_checked_up_front(tmp_path):
         load_config(None, environ={}, cli=[("swarm.peers", ("127.0.0.1:4001",))])
     with pytest.raises(ConfigError, match="swarm.name"):
         load_config(None, environ={}, cli=[("swarm.name", "Bad Name!")])
+
+
+def test_lora_dropout_is_refused_with_why():
+    import pytest
+
+    from swarmling.app.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="pi_old"):
+        load_config(None, environ={}, cli=[("train.lora_dropout", 0.1)])

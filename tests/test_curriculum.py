@@ -40,3 +40,14 @@ def test_format_bonus_fades_and_state_round_trips():
     again = Curriculum.from_dict(load_preset("starter"), cur.to_dict())
     assert again.to_dict() == cur.to_dict()
     assert Curriculum.from_dict(load_preset("sapo9"), cur.to_dict()).tag_rate == 0.0  # other preset: fresh
+
+
+def test_a_new_level_is_not_starved_by_its_fresh_start():
+    cur = Curriculum(load_preset("starter"))
+    for name in cur.preset.datasets:
+        cur.progress[name].success = 0.3  # all at the edge of ability
+    while cur.progress["chain_sum"].level == 0:
+        cur.record("chain_sum", 0, 0.9)
+    assert cur.progress["chain_sum"].level == 1 and cur.progress["chain_sum"].groups == 0
+    w = dict(zip(cur.preset.datasets, cur.weights()))
+    assert w["chain_sum"] >= max(w.values()) - 1e-12  # unknown difficulty: explored first, not last
