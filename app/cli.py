@@ -235,6 +235,10 @@ def _control(paths, cmd: str, as_json: bool) -> int:
               f"{last['questions']}, {last['wall_seconds']:.0f} s")
     if status.get("peers") is not None:
         print(f"peers    {status['peers']}")
+    host = status.get("swarm_host")
+    if host and (host["restarts"] or not host["running"]):
+        state = "running" if host["running"] else "restarting"
+        print(f"swarm    host {state}, restarted {host['restarts']}x (last failure: {host['last_error'] or '-'})")
     return 0
 
 

@@ -108,6 +108,8 @@ class SwarmUpdated:
     peers: tuple[PeerView, ...] = field(default=())
     bytes_in: int = 0  # since start
     bytes_out: int = 0
+    host_restarts: int = 0  # the supervised libp2p host, restarted after a failure
+    host_error: str = ""  # why it last failed
 
 
 @dataclass(frozen=True)

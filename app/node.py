@@ -113,6 +113,7 @@ class Node:
             "model": self.model.name if self.model is not None else None,
             "backend": backend.info().name if backend is not None else None,
             "peers": m.swarm.peers if m is not None and m.swarm is not None else None,
+            "swarm_host": self.swarm.health(),
             "last_round": {k: getattr(m, k) for k in ("round", "reward_mean", "solved", "questions", "wall_seconds",
                                                        "tokens_per_s")} if m is not None else None,
         }

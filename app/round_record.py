@@ -38,6 +38,8 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     fetch_failures: list[str] = msgspec.field(default_factory=list)
     fetch_seconds_p50: float | None = None
     announce_latency_s_p50: float | None = None
+    fetches_pending: int = 0  # fetches asked for and not finished when the round ended
+    host_restarts: int = 0  # times the supervised libp2p host was restarted since the node started
 
 
 SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)

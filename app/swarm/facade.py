@@ -82,6 +82,10 @@ class OfflineSwarm:
     def announce_state(self) -> None:
         """Tell the viewers who is connected and how many bytes moved."""
 
+    def health(self) -> dict | None:
+        """The libp2p host's state for `swarmling status`; None without a network."""
+        return None
+
     def stop(self) -> None:
         pass
 
@@ -95,6 +99,7 @@ class OnlineSwarm(OfflineSwarm):
         self.name = network.settings.name
         self.peer_id = network.peer_id
         self._alone: bool | None = None  # whether the last round had no peers, to say it once
+        self._restarts_told = 0
 
     @property
     def listen_addrs(self) -> list[str]:
@@ -132,7 +137,17 @@ class OnlineSwarm(OfflineSwarm):
     def announce_state(self) -> None:
         bytes_in, bytes_out = self.network.totals()
         peers: tuple[PeerView, ...] = self.network.peer_views()
-        self.emit(SwarmUpdated(self.peer_id, tuple(self.listen_addrs), peers, bytes_in, bytes_out))
+        health = self.network.health()
+        if health.restarts > self._restarts_told:  # the round loop went on; the user hears it once
+            self._restarts_told = health.restarts
+            self.emit(Notice("warning", f"the swarm host failed and was restarted ({health.restarts} so far): "
+                                        f"{health.last_error}"))
+        self.emit(SwarmUpdated(self.peer_id, tuple(self.listen_addrs), peers, bytes_in, bytes_out,
+                               health.restarts, health.last_error))
+
+    def health(self) -> dict:
+        h = self.network.health()
+        return {"running": h.running, "restarts": h.restarts, "last_error": h.last_error}
 
     def stop(self) -> None:
         self.network.stop()

@@ -100,6 +100,8 @@ class NodeView:
     listen_addrs: tuple[str, ...] = ()
     bytes_in: int = 0
     bytes_out: int = 0
+    host_restarts: int = 0
+    host_error: str = ""
     # feed and log
     rollouts: deque = field(default_factory=lambda: deque(maxlen=MAX_ROLLOUTS))  # newest first
     log: deque = field(default_factory=lambda: deque(maxlen=MAX_LOG))
@@ -144,6 +146,7 @@ class NodeView:
         elif isinstance(event, SwarmUpdated):
             self.peers, self.listen_addrs = event.peers, event.listen_addrs
             self.bytes_in, self.bytes_out = event.bytes_in, event.bytes_out
+            self.host_restarts, self.host_error = event.host_restarts, event.host_error
             self.peer_id = event.peer_id
             self._bump("swarm", "header")
         elif isinstance(event, StateChanged):

@@ -52,5 +52,8 @@ class SwarmPanel(Vertical):
             summary.append(f"  ·  {connected} connected  ·  in {kib(view.bytes_in)}  out {kib(view.bytes_out)}\n")
             summary.append(f"peer {view.peer_id}\n", style="dim")
             summary.append("dial me at " + (view.listen_addrs[0] if view.listen_addrs else "-"), style="dim")
+            if view.host_restarts:
+                summary.append(f"\nswarm host restarted {view.host_restarts}x; last failure: {view.host_error}",
+                               style="yellow")
         self.query_one("#swarm-summary", Static).update(summary)
         self.query_one(PeerTable).show(view)
