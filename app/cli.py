@@ -235,6 +235,9 @@ def _control(paths, cmd: str, as_json: bool) -> int:
               f"{last['questions']}, {last['wall_seconds']:.0f} s")
     if status.get("peers") is not None:
         print(f"peers    {status['peers']}")
+    if status.get("swarm_share") is not None:
+        print(f"learnt   {status['swarm_share']:.0%} from the swarm (peers' groups' share of the advantage mass, "
+              "last 10 rounds)")
     host = status.get("swarm_host")
     if host and (host["restarts"] or not host["running"]):
         state = "running" if host["running"] else "restarting"

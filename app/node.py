@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 import os
 import time
 from dataclasses import asdict, replace
@@ -79,6 +80,7 @@ class Node:
         self.curriculum: Curriculum | None = None
         self.round = 0
         self.last_record: RoundRecord | None = None
+        self._recent_swarm_shares: deque[float | None] = deque(maxlen=10)
         # The held-out score of the weights the node started from, for its first round's record.
         self._start_eval: EvalResult | None = None
         self.swarm = OfflineSwarm(self.emit)
@@ -94,6 +96,8 @@ class Node:
             self.state, self.state_detail = event.state, event.detail
         elif isinstance(event, RoundFinished):
             self.last_record = event.record
+            if event.record.external_advantage_share is not None:
+                self._recent_swarm_shares.append(event.record.external_advantage_share)
             rounds_log.info(format_round(event.record))
         elif isinstance(event, Notice):
             level = {"error": logging.ERROR, "warning": logging.WARNING}.get(event.level, logging.INFO)
@@ -114,9 +118,15 @@ class Node:
             "backend": backend.info().name if backend is not None else None,
             "peers": m.swarm.peers if m is not None and m.swarm is not None else None,
             "swarm_host": self.swarm.health(),
+            "swarm_share": self._swarm_share(),
             "last_round": {k: getattr(m, k) for k in ("round", "reward_mean", "solved", "questions", "wall_seconds",
                                                        "tokens_per_s")} if m is not None else None,
         }
+
+    def _swarm_share(self) -> float | None:
+        """The external groups' share of the advantage mass over the last 10 rounds that trained."""
+        shares = [s for s in self._recent_swarm_shares if s is not None]
+        return round(sum(shares) / len(shares), 3) if shares else None
 
     @property
     def backend(self) -> Backend | None:

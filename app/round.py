@@ -202,6 +202,7 @@ def run_round(
         per_dataset={k: fmean(v) for k, v in sorted(per_dataset.items())},
         levels=updated.levels(),
         format_only_share=fmean(g.format_only for g in selection.groups) if train_stats else None,
+        external_advantage_share=_advantage_share(selection.external, selection.groups) if train_stats else None,
         external_age_rounds_mean=fmean(round_no - (g.received_round or round_no) for g in selection.external)
         if train_stats and selection.external else None,
         external_groups_by_peer=dict(Counter(g.source for g in selection.external)) if train_stats else {},
@@ -222,6 +223,12 @@ def run_round(
         list(selection.external) if train_stats else [],
         list(selection.groups) if train_stats else [],
     )
+
+
+def _advantage_share(part: Sequence[QuestionGroup], whole: Sequence[QuestionGroup]) -> float:
+    """`part`'s share of the advantage mass (sum of |advantage| over replies) of `whole`."""
+    mass = sum(abs(a) for g in whole for a in g.advantages())
+    return sum(abs(a) for g in part for a in g.advantages()) / mass if mass else 0.0
 
 
 def _in_phase(on_progress: PhaseProgress | None, phase: str):

@@ -75,6 +75,9 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     format_only_share: float | None = None  # None: nothing trained
     # Rounds since the trained external groups were admitted here (None: none trained).
     external_age_rounds_mean: float | None = None
+    # How much of the update came from the swarm: the external groups' share of the advantage mass
+    # (sum of |advantage| over the trained replies). None: nothing trained.
+    external_advantage_share: float | None = None
     # Who taught this node what: peer id -> its groups the update trained on.
     external_groups_by_peer: dict[str, int] = msgspec.field(default_factory=dict)
     # ---- the held-out score (app/evaluation.py), on the rounds that measured it ----

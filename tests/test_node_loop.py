@@ -157,6 +157,7 @@ def test_peers_bundles_are_verified_at_intake_with_the_swarm_off(tmp_path):
     assert record["external_groups"] >= 1 and record["external_groups_by_peer"] == {PEER: record["external_groups"]}
     assert record["external_age_rounds_mean"] == 0  # admitted in the round that trained on them
     assert 0 <= record["format_only_share"] <= 1
+    assert 0 < record["external_advantage_share"] < 1  # peers taught part of this round's update
     warnings = [e.text for e in events if type(e).__name__ == "Notice"]
     assert any("not a zlib stream" in w for w in warnings) and any("claims to come from" in w for w in warnings)
 

@@ -19,6 +19,7 @@ def test_view_folds_a_run():
     assert view.phase_fraction("train") == 0.0
     assert [r for r, _, _ in view.history] == [1, 2, 3, 4, 5]
     assert [r for r, _ in view.evals] == [0, 4]  # the held-out score of the start, then of round 4
+    assert view.swarm_share == pytest.approx(0.3)
     assert view.history[0][2] is None and view.history[-1][2] is not None  # peers' reward once they sent any
     assert view.last_round.round == 5
     assert view.tasks["chain_sum"].level == 5 // 4 + 1 and len(view.tasks["chain_sum"].recent) == 5

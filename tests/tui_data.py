@@ -50,6 +50,7 @@ def metrics(round_no: int) -> RoundRecord:
                  "hand-off": 0.4},
         per_dataset={d: min(1.0, reward + 0.1 * i) for i, d in enumerate(DATASETS)},
         levels={d: round_no // 4 + i for i, d in enumerate(DATASETS)},
+        external_advantage_share=0.3,
         **({"eval_accuracy": min(0.6, 0.08 + 0.04 * round_no), "eval_of_round": round_no if round_no > 1 else 0,
             "eval_per_dataset": {d: 0.1 for d in DATASETS}, "eval_seconds": 6.0}
            if round_no == 1 or round_no % 4 == 0 else {}),

@@ -94,6 +94,7 @@ class NodeView:
     # learning
     history: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # (round, own, peers)
     evals: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # (round, held-out accuracy)
+    swarm_shares: deque = field(default_factory=lambda: deque(maxlen=10))  # external advantage share
     tasks: dict[str, TaskRow] = field(default_factory=dict)
     # swarm
     peers: tuple[PeerView, ...] = ()
@@ -184,6 +185,8 @@ class NodeView:
         self.history.append((m.round, m.reward_mean, m.external_reward_mean))
         if m.eval_accuracy is not None:
             self.evals.append((m.eval_of_round, m.eval_accuracy))
+        if m.external_advantage_share is not None:
+            self.swarm_shares.append(m.external_advantage_share)
         levels = m.levels
         for dataset, success in m.per_dataset.items():
             row = self.tasks.get(dataset) or self.tasks.setdefault(dataset, TaskRow(dataset, 0, 0.0))
@@ -210,6 +213,11 @@ class NodeView:
         if m is None:
             return "-"
         return f"{m.local_groups} local / {m.external_groups} external"
+
+    @property
+    def swarm_share(self) -> float | None:
+        """The swarm's share of what this node learnt over the last rounds that trained."""
+        return sum(self.swarm_shares) / len(self.swarm_shares) if self.swarm_shares else None
 
     def rollout(self, index: int) -> GroupView | None:
         return self.rollouts[index] if 0 <= index < len(self.rollouts) else None

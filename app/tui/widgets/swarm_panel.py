@@ -50,6 +50,10 @@ class SwarmPanel(Vertical):
             connected = sum(p.connected for p in view.peers)
             summary.append(f"swarm {view.swarm}", style="bold")
             summary.append(f"  ·  {connected} connected  ·  in {kib(view.bytes_in)}  out {kib(view.bytes_out)}\n")
+            if view.swarm_share is not None:
+                # the peers' groups' share of the advantage mass the updates followed
+                summary.append(f"{view.swarm_share:.0%} of what it learnt came from peers "
+                               f"(last {len(view.swarm_shares)} rounds)\n")
             summary.append(f"peer {view.peer_id}\n", style="dim")
             summary.append("dial me at " + (view.listen_addrs[0] if view.listen_addrs else "-"), style="dim")
             if view.host_restarts:
