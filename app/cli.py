@@ -79,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="show hardware, the backend it would use and why, model and paths")
     _add_overrides(doctor)
 
+    exp = sub.add_parser("experiment", help="does sharing help? N in-process nodes per local/external mix and seed")
+    exp.add_argument("--nodes", type=_positive, default=4, help="nodes per configuration (default 4)")
+    exp.add_argument("--rounds", type=_positive, default=20, help="rounds per node (default 20)")
+    exp.add_argument("--seeds", type=_positive, default=3, help="seeds per mix (default 3)")
+    exp.add_argument("--mixes", default="8/0,6/2,4/4,2/6", help="local/external mixes in the paper's units of 8, "
+                     "scaled to the round's Q (default: the paper's four)")
+    exp.add_argument("--models", default="", help="comma-separated models, round-robin over the nodes (default: the configured one)")
+    exp.add_argument("--out", type=Path, default=Path("swarmling-experiment"), help="results folder; run again to resume")
+    exp.add_argument("--tiny", action="store_true", help="tiny rounds (smoke runs)")
+    _add_overrides(exp)
+
     ev = sub.add_parser("eval", help="held-out accuracy of a checkpoint (default: the newest) or the base model")
     ev.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
     ev.add_argument("--base", action="store_true", help="the base model, without any adapter")
@@ -174,6 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_gpu import bench_gpu
 
         return bench_gpu(args.device, args.tiny, args.rounds)
+    if args.command == "experiment":
+        from .experiment import ExperimentOptions, experiment_command, parse_mixes
+
+        return _guard(lambda: experiment_command(ExperimentOptions(
+            out=args.out, nodes=args.nodes, rounds=args.rounds, seeds=args.seeds, mixes=parse_mixes(args.mixes),
+            models=tuple(m for m in args.models.split(",") if m), tiny=args.tiny,
+            overrides=tuple(_cli_overrides(args))), paths))
     if args.command == "eval":
         from .evaluation import eval_command
 

@@ -47,7 +47,7 @@ from .reward import OPEN
 from .round import RoundSettings, run_round
 from .round_record import RoundRecord
 from .state_lock import StateDirLock
-from .swarm.facade import OfflineSwarm, open_swarm
+from .swarm.facade import OfflineSwarm, SwarmOpener, open_swarm
 from .swarm.intake import IntakeContext
 from .tasks import Preset, load_preset
 
@@ -59,12 +59,14 @@ rounds_log.propagate = False
 
 class Node:
     def __init__(self, config: Config, paths: Paths, listener: Listener | None = None,
-                 hardware: Hardware | None = None, build: BackendBuilder = build_backend) -> None:
+                 hardware: Hardware | None = None, build: BackendBuilder = build_backend,
+                 connect: SwarmOpener = open_swarm) -> None:
         self.config = config
         self.paths = paths.ensure()
         self.hardware = hardware or detect()
         self._listener: Listener = listener or (lambda event: None)
         self._build = build
+        self._connect = connect  # the swarm: libp2p (or none), or an experiment's in-memory exchange
         self.lifecycle = Lifecycle()
         self.state, self.state_detail, self.phase = "starting", "", ""
         # What start() settles: the model, its preset and settings, the seed and the RNGs.
@@ -83,6 +85,7 @@ class Node:
         self._recent_swarm_shares: deque[float | None] = deque(maxlen=10)
         # The held-out score of the weights the node started from, for its first round's record.
         self._start_eval: EvalResult | None = None
+        self._start_evaluated = False
         self.swarm = OfflineSwarm(self.emit)
         # The services around the loop.
         self._lock = StateDirLock(self.paths.state_dir)
@@ -169,7 +172,7 @@ class Node:
         self.curriculum = restore(start, backend, self.rng, self.preset)
         self.round = start.round
         metrics_log.reconcile(self.paths.metrics_file, self.round, start.saved_record)
-        self.swarm = open_swarm(cfg, self.paths, self.model.name, self.emit)
+        self.swarm = self._connect(cfg, self.paths, self.model.name, self.emit)
         info = backend.info()
         self.emit(NodeStarted(
             backend=info.name, device=info.device, model=self.model.name, preset=self.preset.name,
@@ -326,12 +329,13 @@ class Node:
 
     def _evaluate_start(self) -> None:
         """The held-out score of the weights the node starts from (the base model on a fresh start)."""
-        if not self.config.eval.every_rounds or self._start_eval is not None:
+        if not self.config.eval.every_rounds or self._start_evaluated:
             return
         try:
             self._start_eval = self._evaluate(self.round, self._drops_round)
         except Abandoned:
             return  # paused or stopped at once: the first eval round measures it later
+        self._start_evaluated = True
 
     def _evaluate(self, weights_round: int, should_stop=None) -> EvalResult:
         result = evaluate(self.slot.backend, self.preset, self.config.reward.prefill_answer,

@@ -13,7 +13,7 @@ libp2p host, the announcement board, the bundle protocol) sits behind `network.S
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -151,6 +151,9 @@ class OnlineSwarm(OfflineSwarm):
 
     def stop(self) -> None:
         self.network.stop()
+
+
+SwarmOpener = Callable[[Config, Paths, str, Listener], OfflineSwarm]  # (config, paths, model, emit)
 
 
 def open_swarm(config: Config, paths: Paths, model_name: str, emit: Listener) -> OfflineSwarm:
