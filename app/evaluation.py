@@ -42,13 +42,16 @@ EVAL_SAMPLING_SEED = 20_250_913
 class EvalResult:
     accuracy: float
     per_dataset: dict[str, float]
+    # Share of replies with a closed tag: early gains are partly the format (a reply without it
+    # is wrong), so the accuracy is read beside it.
+    tag_rate: float
     items: int
     seconds: float
 
 
 def eval_fields(result: EvalResult, weights_round: int) -> dict:
     """The round record's held-out fields for a result measured on the weights of `weights_round`."""
-    return {"eval_accuracy": result.accuracy, "eval_per_dataset": result.per_dataset,
+    return {"eval_accuracy": result.accuracy, "eval_per_dataset": result.per_dataset, "eval_tag_rate": result.tag_rate,
             "eval_of_round": weights_round, "eval_seconds": result.seconds}
 
 
@@ -84,11 +87,15 @@ def evaluate(
     if any(c.finish_reason == "abandoned" for c in replies):
         raise Abandoned("evaluation abandoned")
     right: dict[str, list[float]] = {}
+    tagged = 0
     for task, reply in zip(tasks, replies):
-        right.setdefault(task.spec.dataset, []).append(score(task, prefill + reply.text, 0.0).strict)
+        scored = score(task, prefill + reply.text, 0.0)
+        right.setdefault(task.spec.dataset, []).append(scored.strict)
+        tagged += CLOSE in reply.text
     return EvalResult(
         accuracy=fmean(s for scores in right.values() for s in scores),
         per_dataset={d: fmean(scores) for d, scores in sorted(right.items())},
+        tag_rate=tagged / len(tasks),
         items=len(tasks),
         seconds=round(time.perf_counter() - started, 3),
     )
@@ -128,7 +135,7 @@ def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bo
         print(json.dumps({"weights": weights, "preset": preset.name, **asdict(result)}, indent=1))
         return 0
     print(f"held-out accuracy of {weights} on preset {preset.name}: {result.accuracy:.1%} "
-          f"({result.items} items, {result.seconds:.1f} s)")
+          f"({result.items} items, {result.tag_rate:.0%} of replies closed the tag, {result.seconds:.1f} s)")
     for dataset, accuracy in result.per_dataset.items():
         print(f"  {dataset:<24} {accuracy:6.1%}")
     return 0

@@ -341,7 +341,8 @@ class Node:
         result = evaluate(self.slot.backend, self.preset, self.config.reward.prefill_answer,
                           self.resolved.max_new_tokens, should_stop)
         per = ", ".join(f"{d} {a:.0%}" for d, a in result.per_dataset.items())
-        self.emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per})"))
+        self.emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per}; "
+                                 f"{result.tag_rate:.0%} of replies closed the tag)"))
         return result
 
     def _drops_round(self) -> bool:

@@ -43,7 +43,7 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
 
 
 SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)
-EVAL_FIELDS = ("eval_accuracy", "eval_per_dataset", "eval_of_round", "eval_seconds")
+EVAL_FIELDS = ("eval_accuracy", "eval_per_dataset", "eval_tag_rate", "eval_of_round", "eval_seconds")
 
 
 class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
@@ -83,6 +83,7 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     # ---- the held-out score (app/evaluation.py), on the rounds that measured it ----
     eval_accuracy: float | None = None
     eval_per_dataset: dict[str, float] | None = None
+    eval_tag_rate: float | None = None  # replies that closed the tag (a reply without it is wrong)
     eval_of_round: int | None = None  # the round whose weights were evaluated (0: the base model)
     eval_seconds: float | None = None
     # ---- added by the node ----
