@@ -87,3 +87,13 @@ def test_a_group_that_lost_many_replies_here_is_refused(wire_group):
     mixed = msgspec.structs.replace(group, completions=[*other_prefill, *group.completions[2:]])
     result = admit_group(mixed, PEER, context(64), "smollm2-135m")
     assert isinstance(result, Rejected) and "unusable here" in result.reason and not result.blame
+
+
+def test_the_senders_logprob_covers_the_text_a_receiver_sees():
+    """An end-of-generation token is in the sender's tokens, not in the text that travels."""
+    from swarmling.app.rollout import ScoredCompletion
+    from swarmling.app.swarm.wire import text_logprobs
+
+    ended = ScoredCompletion("8</answer>", [1, 2, 3], [-0.1, -0.2, -0.7], "eos", 1.0, True, 1.0)
+    stopped = ScoredCompletion("8</answer>", [1, 2], [-0.1, -0.2], "stop", 1.0, True, 1.0)
+    assert text_logprobs(ended) == [-0.1, -0.2] == text_logprobs(stopped)

@@ -162,6 +162,14 @@ def announce(bundle: Bundle, body: bytes, addrs: Sequence[str], rewards: Sequenc
     )
 
 
+def text_logprobs(c) -> list[float]:
+    """The sampler's logprobs of the tokens that make up the reply's text: an end-of-generation
+    token is kept in `token_ids` but not in the text, and a receiver re-tokenising the text can
+    only weigh what it sees, so the sender's sum leaves it out too."""
+    logprobs = list(c.sampler_logprobs or [])
+    return logprobs[:-1] if c.finish_reason == "eos" and logprobs else logprobs
+
+
 def bundle_from_groups(
     groups: Sequence[QuestionGroup], *, swarm: str, node_id: str, model: str, round_no: int, timestamp: float, prefill: str
 ) -> Bundle:
@@ -173,7 +181,7 @@ def bundle_from_groups(
             WireCompletion(
                 text=(prefill + c.text)[:MAX_TEXT_CHARS],
                 tokens=len(c.token_ids),
-                logprob=max(-1e7, min(0.0, float(sum(c.sampler_logprobs or [])))),
+                logprob=max(-1e7, min(0.0, float(sum(text_logprobs(c))))),
             )
             for c in g.completions[:MAX_COMPLETIONS]
         ]
