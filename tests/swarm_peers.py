@@ -100,6 +100,13 @@ class Hostile(SwarmHost):
             await stream.write(struct.pack(">I", len(body)) + body[: len(body) // 3])
         await stream.reset()
 
+    def offer(self, groups: list[WireGroup]) -> str:
+        """Announce a bundle of `groups` and serve it (or misbehave when asked for it); its digest."""
+        body, ann = bundle_and_announcement(self.peer_id, groups, addrs=self.listen_addrs)
+        self.bodies[digest(body)] = body
+        self.publish(ann)
+        return digest(body)
+
     # ---- raw bytes on the victim's protocols ----------------------------------------------------
     def send_raw(self, peer: str, protocol: str, data: bytes, *, read_s: float = 0.0) -> bytes:
         """Open a stream to `peer` on `protocol`, write `data`, read for up to `read_s`; what came back."""

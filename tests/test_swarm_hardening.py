@@ -101,9 +101,7 @@ def test_a_peer_that_trickles_a_bundle_is_cut_off_at_the_minimum_rate_and_cooled
     # 1 byte per 2 s used to hold a fetch slot for the whole 20 s timeout, round after round.
     b, h = connected_pair(tmp_path, misbehave="trickles")
     try:
-        body, ann = bundle_and_announcement(h.peer_id, real_groups(), addrs=h.listen_addrs)
-        h.bodies[digest(body)] = body
-        h.publish(ann)
+        h.offer(real_groups())
         assert wait_until(lambda: b.board.fresh())
         started = time.monotonic()
         assert b.plan_fetches(np.random.default_rng(0)) == 1
@@ -189,9 +187,7 @@ def test_unreachable_authors_do_not_hold_the_slots_of_reachable_ones(tmp_path):
 def test_fetches_pending_at_shutdown_are_recorded(tmp_path):
     b, h = connected_pair(tmp_path, misbehave="never answers")
     try:
-        body, ann = bundle_and_announcement(h.peer_id, real_groups(), addrs=h.listen_addrs)
-        h.bodies[digest(body)] = body
-        h.publish(ann)
+        h.offer(real_groups())
         assert wait_until(lambda: b.board.fresh())
         assert b.plan_fetches(np.random.default_rng(0)) == 1
         assert wait_until(lambda: b._fetches_pending == 1)
