@@ -21,7 +21,9 @@ per-run prefix, so parallel or aborted runs never clash):
   else arriving on its wan (a home router's firewall: unsolicited connections time out rather
   than being refused). `Lab.forward_port` adds a port forward (DNAT) when a test wants a
   reachable home node. `unroutable="reject"` makes the internet answer ICMP unreachable instead
-  of dropping (dials to private addresses then fail at once).
+  of dropping (dials to private addresses then fail at once). `nat="random"` makes the routers
+  pick a random external port for every mapping (`masquerade random`): the NATs that defeat
+  hole punching by port prediction (symmetric NATs, many carrier-grade NATs) behave like that.
 
 Use it as a context manager (`with netlab() as lab:`) or through the `lab` fixture (import it
 into the test module: `from netlab import lab`). Everything the lab starts dies at teardown, also
@@ -223,6 +225,7 @@ class Lab:
     hosts_per_home: int
     publics: int
     unroutable: str
+    nat: str
     firewall: str
     roles: list[str] = field(default_factory=list)  # in creation order: net, pubs, routers, hosts
     addrs: dict[str, str] = field(default_factory=dict)  # role -> its address (routers: the wan)
@@ -320,15 +323,14 @@ def _sysctl(ns: str, key: str, value: str) -> None:
 NFT_ROUTER = """
 table ip lab {
   chain nat_in { type nat hook prerouting priority dstnat; policy accept; }
-  chain nat_out { type nat hook postrouting priority srcnat; policy accept; oifname "wan" masquerade; }
+  chain nat_out { type nat hook postrouting priority srcnat; policy accept; oifname "wan" MASQUERADE; }  # or: masquerade random
   chain through { type filter hook forward priority filter; policy drop;
     ct state established,related accept; ct status dnat accept; iifname "lan" oifname "wan" accept; }
   chain to_router { type filter hook input priority filter; policy accept;
     iifname "wan" ct state established,related accept; iifname "wan" drop; }
 }
 """
-IPTABLES_ROUTER = [
-    ["-t", "nat", "-A", "POSTROUTING", "-o", "wan", "-j", "MASQUERADE"],
+IPTABLES_ROUTER = [  # after the masquerade rule
     ["-P", "FORWARD", "DROP"],
     ["-A", "FORWARD", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
     ["-A", "FORWARD", "-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"],
@@ -366,9 +368,11 @@ def _build(lab: Lab) -> None:
         _ip(rns, "link", "set", "lan", "up")
         _sysctl(rns, "net.ipv4.ip_forward", "1")
         if lab.firewall == "nft":
-            _in_ns(rns, ["nft", "-f", "-"], input=NFT_ROUTER)
+            masquerade = "masquerade random" if lab.nat == "random" else "masquerade"
+            _in_ns(rns, ["nft", "-f", "-"], input=NFT_ROUTER.replace("MASQUERADE", masquerade))
         else:
-            for rule in IPTABLES_ROUTER:
+            masquerade = ["-t", "nat", "-A", "POSTROUTING", "-o", "wan", "-j", "MASQUERADE"]
+            for rule in [masquerade + (["--random"] if lab.nat == "random" else []), *IPTABLES_ROUTER]:
                 _in_ns(rns, ["iptables", *rule])
         for k, host in enumerate(h for h, r in lab.router_of.items() if r == router):
             hns = lab.ns(host)
@@ -397,16 +401,19 @@ def _teardown(lab: Lab) -> None:
 
 
 @contextmanager
-def netlab(homes: int = 2, hosts_per_home: int = 1, publics: int = 1, unroutable: str = "drop") -> Iterator[Lab]:
+def netlab(homes: int = 2, hosts_per_home: int = 1, publics: int = 1, unroutable: str = "drop",
+           nat: str = "cone") -> Iterator[Lab]:
     """Build the lab (skipping the test when this machine cannot), yield it, always tear it down."""
     if not 1 <= homes <= 250 or not 1 <= hosts_per_home <= 26 or not 1 <= publics <= 200:
         raise ValueError("homes 1-250, hosts_per_home 1-26, publics 1-200")
     if unroutable not in ("drop", "reject"):
         raise ValueError("unroutable is 'drop' or 'reject'")
+    if nat not in ("cone", "random"):
+        raise ValueError("nat is 'cone' (port-preserving masquerade) or 'random' (a random port per mapping)")
     skip_unless_available()
     sweep_stale()
     lab = Lab(prefix=f"{PREFIX}-{os.getpid()}-{secrets.token_hex(3)}", homes=homes, hosts_per_home=hosts_per_home,
-              publics=publics, unroutable=unroutable, firewall=_firewall() or "")
+              publics=publics, unroutable=unroutable, nat=nat, firewall=_firewall() or "")
     lab.roles.append("net")
     for p in range(publics):
         role = "pub" if p == 0 else f"pub{p + 1}"

@@ -100,6 +100,42 @@ def test_a_port_forward_makes_a_home_host_reachable(lab):
     assert not connect(lab, "pub", lab.wan("h1"), PORT)["ok"]  # other ports stay closed
 
 
+# Connections from fixed source ports: one JSON list of the local ports used.
+CONNECT_FROM = """
+import json, socket, sys
+ports = []
+for port in map(int, sys.argv[3:]):
+    c = socket.socket()
+    c.bind(("0.0.0.0", port))
+    c.settimeout(3)
+    c.connect((sys.argv[1], int(sys.argv[2])))
+    ports.append(c.getsockname()[1])
+    c.close()
+print(json.dumps(ports))
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nat", ["cone", "random"])
+def test_cone_nat_keeps_source_ports_and_random_nat_does_not(nat):
+    # What TCP hole punching by port prediction (py-libp2p's DCUtR) depends on.
+    with netlab(nat=nat) as lab:
+        server = serve(lab, "pub")
+        ports = [41001, 41002, 41003]
+        result = lab.python("h1", CONNECT_FROM, lab.addr("pub"), str(PORT), *map(str, ports))
+        assert json.loads(result.stdout) == ports, result.stderr
+        deadline = time.monotonic() + 5
+        while len([line for line in server.lines if line.startswith("accepted")]) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen = [line.split() for line in server.lines if line.startswith("accepted")]
+        assert [ip for _, ip, _ in seen] == [lab.wan("h1")] * 3
+        mapped = [int(port) for _, _, port in seen]
+        if nat == "cone":
+            assert mapped == ports
+        else:
+            assert mapped != ports  # each mapping gets a random port (all three kept: about 1 in 2^48)
+
+
 @pytest.mark.timeout(60)
 def test_rejecting_internet_makes_dials_to_private_addresses_fail_at_once():
     with netlab(unroutable="reject") as lab:
