@@ -16,6 +16,8 @@ from datetime import datetime, time as dtime
 
 import psutil
 
+from .config import ResourcesSection
+
 WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
@@ -29,12 +31,22 @@ class Readings:
 
 @dataclass(frozen=True)
 class GuestSettings:
-    pause_on_battery: bool = True
-    resume_after_plugged_s: float = 60.0  # hysteresis: mains must stay connected this long
-    only_when_idle: bool = False
-    idle_after_s: float = 300.0
-    windows: tuple[str, ...] = ()  # "HH:MM-HH:MM", local time; may wrap past midnight
-    min_free_disk_bytes: int = 0
+    """The [resources] rules the policy applies; their defaults live in app/config.py only."""
+
+    pause_on_battery: bool
+    resume_after_plugged_s: float  # hysteresis: mains must stay connected this long
+    only_when_idle: bool
+    idle_after_s: float
+    windows: tuple[str, ...]  # "HH:MM-HH:MM", local time; may wrap past midnight
+    min_free_disk_bytes: int
+
+    @classmethod
+    def from_config(cls, r: ResourcesSection) -> GuestSettings:
+        return cls(
+            pause_on_battery=r.pause_on_battery, resume_after_plugged_s=r.resume_after_plugged_s,
+            only_when_idle=r.only_when_idle, idle_after_s=r.idle_after_s, windows=tuple(r.windows),
+            min_free_disk_bytes=r.min_free_disk_mb * 2**20,
+        )
 
 
 def parse_window(text: str) -> tuple[dtime, dtime]:

@@ -16,18 +16,10 @@ from .lifecycle import Lifecycle
 log = logging.getLogger("swarmling.rounds")
 
 
-def guest_settings(r: ResourcesSection) -> GuestSettings:
-    return GuestSettings(
-        pause_on_battery=r.pause_on_battery, resume_after_plugged_s=r.resume_after_plugged_s,
-        only_when_idle=r.only_when_idle, idle_after_s=r.idle_after_s, windows=r.windows,
-        min_free_disk_bytes=r.min_free_disk_mb * 2**20,
-    )
-
-
 class GuestMonitor:
     def __init__(self, resources: ResourcesSection, lifecycle: Lifecycle, emit: Listener, disk_path: Path) -> None:
         self.resources = resources
-        self.policy = GuestPolicy(guest_settings(resources))
+        self.policy = GuestPolicy(GuestSettings.from_config(resources))
         self.lifecycle = lifecycle
         self.emit = emit
         self.disk_path = disk_path
@@ -48,7 +40,7 @@ class GuestMonitor:
     def update(self, resources: ResourcesSection) -> None:
         """New settings from the settings screen: they apply at the next check."""
         self.resources = resources
-        self.policy = GuestPolicy(guest_settings(resources))
+        self.policy = GuestPolicy(GuestSettings.from_config(resources))
 
     def check(self, readings: Readings) -> None:
         """Suspend or resume by the guest rules (any thread; readings injected in tests)."""
