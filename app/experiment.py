@@ -180,7 +180,9 @@ def _node_config(options: ExperimentOptions, mix: Mix, seed: int, k: int, model:
     cli = [*(TINY if options.tiny else ()), *options.overrides,
            ("round.questions", questions), ("round.local_groups", local), ("round.external_groups", external),
            ("run.seed", 1000 * seed + k), ("swarm.enabled", False), ("resources.nice", 0),
-           ("resources.pause_on_battery", False), ("eval.every_rounds", max(1, options.rounds // 5))]
+           ("resources.pause_on_battery", False)]
+    if not any(key == "eval.every_rounds" for key, _ in options.overrides):
+        cli.append(("eval.every_rounds", max(1, options.rounds // 5)))  # five points on the held-out curve
     if model:
         cli.append(("model.name", model))
     return load_config(None, environ={}, cli=cli)
