@@ -1,11 +1,17 @@
 """The node's libp2p host: Noise-only TCP, GossipSub for announcements, bundles on their own protocol.
 
 `SwarmHost` puts the pieces together: it runs on its own trio thread (trio_bridge.py), keeps its
-peers connected (dialer.py), exchanges bundles (bundle_protocol.py), counts bytes on the wire
-(counting_transport.py), and here builds the libp2p host and its pubsub. The round loop calls
-its thread-safe, non-blocking methods (`publish`, `fetch`, `connected_peers`, `connected_addrs`)
-and reads `counters`; what arrives is handed back through callbacks that only touch thread-safe
-structures (the announcement board and the inbox).
+peers connected (dialer.py) and only the useful ones (admission.py), exchanges bundles
+(bundle_protocol.py), counts bytes on the wire (counting_transport.py), and here builds the
+libp2p host and its pubsub. The round loop calls its thread-safe, non-blocking methods
+(`publish`, `fetch`, `connected_peers`, `connected_addrs`, `health`) and reads `counters`; what
+arrives is handed back through callbacks that only touch thread-safe structures (the
+announcement board and the inbox).
+
+The host is a supervised service: whatever escapes one of py-libp2p's services (pubsub,
+gossipsub, identify, the bundle protocol, the dialler) is logged with its root cause, the host is
+torn down and started again on the same port after a backoff (supervision.py), and `health()`
+says so; the round loop never waits on it. Queued publishes and fetches survive a restart.
 
 py-libp2p 0.8.1's sharp edges, and what this module does about each:
 - the default host also accepts `/plaintext/2.0.0` (peer-ID impersonation): Noise is the only
@@ -18,7 +24,11 @@ py-libp2p 0.8.1's sharp edges, and what this module does about each:
 - messages of 1 MiB or more vanish: gossip carries small announcements, bundles travel on a
   request/response stream with its own size cap;
 - peer scoring ships off, and its P4 weight has the opposite sign to go-libp2p's: configured
-  here explicitly (positive weights are penalties).
+  here explicitly (positive weights are penalties);
+- one malformed pubsub message could stop the Pubsub service: pubsub_guard.py;
+- identify advertises the wildcard listen address and peers store it in place of the one they
+  dialled (then dial themselves): our advertised addresses never hold a wildcard, and the
+  peerstore keeps only dialable ones (peerstore.py).
 """
 
 from __future__ import annotations
