@@ -136,6 +136,10 @@ class Sampler(abc.ABC):
 class Trainer(abc.ABC):
     """Takes GRPO updates, and saves/restores what they changed."""
 
+    # Train each group's prompt once for all its completions (backends/shared_prefix.py); off
+    # only to measure what that saves (`swarmling bench`). The update is the same either way.
+    shared_prefix: bool = True
+
     @abc.abstractmethod
     def train_step(
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None

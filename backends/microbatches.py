@@ -1,4 +1,4 @@
-"""What the torch and MLX trainers do the same outside their frameworks: pack a batch into
+"""What the torch and MLX trainers do the same outside their frameworks: pack rows into
 microbatches under a token budget, line the sampler's per-token logprobs up with the trainer's
 tokens, and tally how far sampler and trainer disagree."""
 
@@ -15,14 +15,13 @@ from .base import TrainSample
 RATIO_BAND = (0.8, 1.2)
 
 
-def pack_microbatches(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
-    """Sample indices, longest first, grouped so that each group right-padded to its longest
-    (its first) sample stays within `token_budget` tokens; a sample longer than the budget is a
-    group of its own."""
-    size = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
+def pack_microbatches(widths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Row indices, widest first, grouped so that each group right-padded to its widest (its
+    first) row stays within `token_budget` tokens; a row wider than the budget is a group of its
+    own. Rows are the shared-prefix rows of `shared_prefix.py` (a prompt and its completions)."""
     groups: list[list[int]] = []
-    for i in sorted(range(len(samples)), key=lambda i: -size[i]):
-        if groups and (len(groups[-1]) + 1) * size[groups[-1][0]] <= token_budget:
+    for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+        if groups and (len(groups[-1]) + 1) * widths[groups[-1][0]] <= token_budget:
             groups[-1].append(i)
         else:
             groups.append([i])

@@ -8,8 +8,10 @@ the CPU or CUDA backend and back; the optimizer state is MLX's own and does not 
 frameworks (a resumed node on another backend restarts AdamW's moments).
 
 On Linux `mlx[cpu]` runs the same code slowly; CI uses it with tiny shapes. Generation decodes
-each prompt's G completions as one batch (equal lengths, no mask needed); training right-pads,
-which a causal model needs no mask for either (padding only follows the real tokens).
+each prompt's G completions as one batch (equal lengths, no mask needed). Training shares each
+group's prompt (`shared_prefix.py`): one prompt pass whose keys and values the group's
+completions attend to (`SharedPrefixCache`), right-padded, which causal attention needs no mask
+for (padding only follows the real tokens).
 """
 
 from __future__ import annotations
@@ -43,10 +45,11 @@ from .adapter_format import ADAPTER_FILE, MLX_OPTIMIZER_FILE, check_adapter_conf
 from .chat_template import render
 from .completion import check_sampling, generation_result
 from .incremental_text import IncrementalText
-from .microbatches import SamplerGap, pack_microbatches, sampler_logprobs
+from .microbatches import SamplerGap, sampler_logprobs
 from .mlx_grpo import grpo_token_objective, sequence_importance_weight, truncated_importance_weight
 from .sequence_end import SequenceEnd
 from .settings import GrpoSettings, LoraSettings, OptimSettings
+from .shared_prefix import Row, completion_inputs, packed_rows
 
 # peft target names -> mlx-lm module paths inside a decoder layer
 MODULE_PATHS = {
@@ -188,28 +191,44 @@ class MlxBackend(Backend):
         return [Completion(self._text(t), t, lp, end.finish_reason) for t, lp, end in zip(toks, lps, ends)]
 
     # ---- training ------------------------------------------------------------------------------
-    def _logprobs(self, model, samples: Sequence[TrainSample]) -> mx.array:
-        """log pi(completion token | prefix) for every completion token of `samples`, concatenated."""
-        width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-        ids = np.zeros((len(samples), width), dtype=np.int32)
-        rows, targets = [], []
-        for b, s in enumerate(samples):
-            seq = list(s.prompt_ids) + list(s.completion_ids)
-            ids[b, : len(seq)] = seq  # right padding: causal attention never looks ahead at it
-            p = len(s.prompt_ids)
-            rows.extend(b * width + p - 1 + t for t in range(len(s.completion_ids)))
+    def _logprobs(self, model, samples: Sequence[TrainSample], rows: Sequence[Row]) -> mx.array:
+        """log pi(completion token | prefix) for every completion token of `rows`, concatenated in
+        row order (the order of `shared_prefix.layout`)."""
+        return mx.concatenate([self._row_logprobs(model, samples, row) for row in rows])
+
+    def _row_logprobs(self, model, samples: Sequence[TrainSample], row: Row) -> mx.array:
+        """One prompt pass, whose keys and values every completion of the row then attends to
+        (positions after the prompt's, as in its own sequence); completions are right-padded,
+        which causal attention never looks ahead at."""
+        caches = [SharedPrefixCache() for _ in model.layers]
+        prompt_logits = model(mx.array([row.prompt]), cache=caches)[0, -1:]
+        members = [samples[i] for i in row.samples]
+        width = max(completion_inputs(s) for s in members)
+        scored, targets = [], []
+        if width:
+            ids = np.zeros((len(members), width), dtype=np.int32)
+            for k, s in enumerate(members):
+                ids[k, : completion_inputs(s)] = s.completion_ids[: completion_inputs(s)]
+            logits = model(mx.array(ids), cache=caches).reshape(-1, prompt_logits.shape[-1])
+            flat = mx.concatenate([prompt_logits, logits])
+        else:
+            flat = prompt_logits
+        for k, s in enumerate(members):
+            # token 0 is predicted by the prompt's last position (row 0), token t by row 1 + k * width + t - 1
+            scored.extend([0] + [1 + k * width + t for t in range(completion_inputs(s))] if s.completion_ids else [])
             targets.extend(s.completion_ids)
-        logits = model(mx.array(ids)).astype(mx.float32) / self.settings.temperature
-        flat = logits.reshape(-1, logits.shape[-1])[mx.array(rows)]
-        target = mx.array(targets)[:, None]
-        return mx.take_along_axis(flat, target, axis=-1)[:, 0] - mx.logsumexp(flat, axis=-1)
+        chosen = flat[mx.array(scored)].astype(mx.float32) / self.settings.temperature
+        return mx.take_along_axis(chosen, mx.array(targets)[:, None], axis=-1)[:, 0] - mx.logsumexp(chosen, axis=-1)
 
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
-        lp = np.array(self._logprobs(self.model, samples))
-        out, i = [], 0
-        for s in samples:
-            out.append(lp[i : i + len(s.completion_ids)].tolist())
-            i += len(s.completion_ids)
+        out: list[list[float]] = [[] for _ in samples]
+        for rows in packed_rows(samples, self.settings.optim.microbatch_tokens, self.shared_prefix):
+            lp = np.array(self._logprobs(self.model, samples, rows))
+            i = 0
+            for row in rows:
+                for j in row.samples:
+                    out[j] = lp[i : i + len(samples[j].completion_ids)].tolist()
+                    i += len(samples[j].completion_ids)
         return out
 
     def train_step(
@@ -223,8 +242,9 @@ class MlxBackend(Backend):
         stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0}
         gap = SamplerGap()
 
-        def loss_fn(model, batch: list[TrainSample]):
-            logp = self._logprobs(model, batch)
+        def loss_fn(model, rows: list[Row]):
+            batch = [samples[i] for row in rows for i in row.samples]
+            logp = self._logprobs(model, samples, rows)
             given = [s.old_logprobs for s in batch]
             old = mx.stop_gradient(logp) if all(g is None for g in given) else mx.array(
                 [x for s, g in zip(batch, given) for x in (g if g is not None else [float("nan")] * len(s.completion_ids))])
@@ -236,12 +256,14 @@ class MlxBackend(Backend):
 
         grad_fn = nn.value_and_grad(self.model, loss_fn)
         grads_sum = None
-        done = 0
-        for group in pack_microbatches(samples, self.settings.optim.microbatch_tokens):
+        done = computed = 0
+        for rows in packed_rows(samples, self.settings.optim.microbatch_tokens, self.shared_prefix):
             if should_stop is not None and should_stop():
                 raise Abandoned("training step abandoned")
-            batch = [samples[i] for i in group]
-            (loss, (ratio, clipped, old)), grads = grad_fn(self.model, batch)
+            batch = [samples[i] for row in rows for i in row.samples]
+            (loss, (ratio, clipped, old)), grads = grad_fn(self.model, rows)
+            computed += sum(len(row.prompt) + len(row.samples) * max(completion_inputs(samples[i]) for i in row.samples)
+                            for row in rows)
             grads_sum = grads if grads_sum is None else tree_map(lambda a, b: a + b, grads_sum, grads)
             mx.eval(loss, grads_sum, ratio, clipped)
             stats["loss"] += float(loss)
@@ -263,6 +285,7 @@ class MlxBackend(Backend):
             loss=stats["loss"], tokens=total, samples=len(samples), seconds=time.perf_counter() - start,
             grad_norm=grad_norm, clip_fraction=stats["clipped"] / total, ratio_mean=stats["ratio"] / total,
             sampler_logprob_gap=gap.mean, sampler_ratio_outside=gap.outside_share,
+            extra={"computed_tokens": computed},
         )
 
     def hand_off(self) -> float:
@@ -300,6 +323,36 @@ class MlxBackend(Backend):
             state = mx.load(str(path))
             self.steps = int(state.pop("steps").item())
             self.optimizer.state = tree_unflatten(list(state.items()))
+
+
+class SharedPrefixCache:
+    """mlx-lm's per-layer cache protocol (offset, update_and_fetch, make_mask) for a shared
+    prefix: the first call (the prompt, batch 1) is remembered; every later call (the
+    completions, batch G) attends to it broadcast over the batch, at positions after it. Unlike
+    mlx-lm's KVCache it never writes into a buffer, so gradients flow back into the prompt."""
+
+    def __init__(self) -> None:
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.offset = 0
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        if self.keys is None:
+            self.keys, self.values, self.offset = keys, values, keys.shape[2]
+            return keys, values
+        batch = keys.shape[0]
+        shared_k = mx.broadcast_to(self.keys, (batch, *self.keys.shape[1:]))
+        shared_v = mx.broadcast_to(self.values, (batch, *self.values.shape[1:]))
+        return mx.concatenate([shared_k, keys], axis=2), mx.concatenate([shared_v, values], axis=2)
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None):
+        from mlx_lm.models.base import create_causal_mask
+
+        if window_size is not None:
+            raise ValueError("shared-prefix training does not support sliding-window attention")
+        if n == 1:
+            return None  # one query attends to every key
+        return create_causal_mask(n, offset=self.offset) if self.offset or return_array else "causal"
 
 
 def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSettings) -> mx.array | None:

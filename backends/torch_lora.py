@@ -14,7 +14,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,8 +29,9 @@ from .adapter_format import (
     write_lora_config,
 )
 from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainSample, TrainStats
-from .microbatches import SamplerGap, pack_microbatches, sampler_logprobs
+from .microbatches import SamplerGap, sampler_logprobs
 from .settings import GrpoSettings, LoraSettings, OptimSettings
+from .shared_prefix import RowBatch, attention_allowed, microbatches
 from .torch_grpo import grpo_token_objective, sequence_importance_weight, truncated_importance_weight
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
@@ -46,11 +47,16 @@ LOGIT_CHUNK = 512  # completion positions per chunk of logits
 
 @dataclass
 class _Microbatch:
-    input_ids: torch.Tensor  # (B, L) right-padded
-    attention_mask: torch.Tensor
-    positions: list[torch.Tensor] = field(default_factory=list)  # flat indices of scored positions
-    targets: torch.Tensor | None = None
-    sample_index: torch.Tensor | None = None  # per scored token: which sample it belongs to
+    """A `shared_prefix.RowBatch` as tensors on the trainer's device."""
+
+    input_ids: torch.Tensor  # (B, W)
+    position_ids: torch.Tensor  # (B, W)
+    attention_mask: torch.Tensor  # (B, 1, W, W) bool: True where a query may attend to a key
+    scored: torch.Tensor  # (T,) flat indices of the hidden states that predict completion tokens
+    targets: torch.Tensor  # (T,)
+    sample_index: torch.Tensor  # (T,) which of the microbatch's samples each token belongs to
+    samples: list[int]  # the batch's sample indices, in scoring order
+    computed_tokens: int  # positions the model runs on, padding included
 
 
 class TorchLoraTrainer:
@@ -99,6 +105,8 @@ class TorchLoraTrainer:
         self._lm_head = causal_lm.get_output_embeddings()
         self._softcap: float | None = getattr(causal_lm.config, "final_logit_softcapping", None)
         self.steps = 0
+        # Each prompt once per group (see shared_prefix.py); off only to measure what it saves.
+        self.shared_prefix = True
 
     # ---- facts -------------------------------------------------------------------------------
     @property
@@ -119,29 +127,25 @@ class TorchLoraTrainer:
         return sum(p.numel() for p in self.params)
 
     # ---- log-probabilities -------------------------------------------------------------------
-    def _batches(self, samples: Sequence[TrainSample]) -> list[tuple[list[int], _Microbatch]]:
-        """Group samples (longest first) into right-padded microbatches under the token budget."""
-        return [(g, self._collate([samples[i] for i in g])) for g in pack_microbatches(samples, self.optim.microbatch_tokens)]
+    def _batches(self, samples: Sequence[TrainSample]) -> list[_Microbatch]:
+        """The batch in shared-prefix rows (or one sample a row with `shared_prefix` off), packed
+        into microbatches under the token budget."""
+        return [self._tensors(rb) for rb in microbatches(samples, self.optim.microbatch_tokens, self.shared_prefix)]
 
-    def _collate(self, samples: Sequence[TrainSample]) -> _Microbatch:
-        width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-        ids = torch.zeros((len(samples), width), dtype=torch.long)
-        mask = torch.zeros((len(samples), width), dtype=torch.long)
-        flat_positions, targets, owner = [], [], []
-        for b, s in enumerate(samples):
-            seq = list(s.prompt_ids) + list(s.completion_ids)
-            ids[b, : len(seq)] = torch.tensor(seq)
-            mask[b, : len(seq)] = 1
-            p = len(s.prompt_ids)
-            # The hidden state at position t predicts token t + 1.
-            flat_positions.append(torch.arange(p - 1, p - 1 + len(s.completion_ids)) + b * width)
-            targets.append(torch.tensor(s.completion_ids))
-            owner.append(torch.full((len(s.completion_ids),), b))
-        mb = _Microbatch(ids.to(self.device), mask.to(self.device))
-        mb.positions = [torch.cat(flat_positions).to(self.device)]
-        mb.targets = torch.cat(targets).to(self.device)
-        mb.sample_index = torch.cat(owner).to(self.device)
-        return mb
+    def _tensors(self, rb: RowBatch) -> _Microbatch:
+        def on_device(a):
+            return torch.from_numpy(a).to(self.device)
+
+        return _Microbatch(
+            input_ids=on_device(rb.input_ids),
+            position_ids=on_device(rb.positions),
+            attention_mask=on_device(attention_allowed(rb.segments)).unsqueeze(1),
+            scored=on_device(rb.scored),
+            targets=on_device(rb.targets),
+            sample_index=on_device(rb.owner),
+            samples=rb.samples,
+            computed_tokens=rb.computed_tokens,
+        )
 
     def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self._lm_head(hidden).float()
@@ -151,8 +155,10 @@ class TorchLoraTrainer:
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
     def _logprobs(self, mb: _Microbatch) -> torch.Tensor:
-        hidden = self._backbone(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
-        hidden = hidden.reshape(-1, hidden.shape[-1])[mb.positions[0]]
+        hidden = self._backbone(
+            input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
+        ).last_hidden_state
+        hidden = hidden.reshape(-1, hidden.shape[-1])[mb.scored]
         out = []
         for start in range(0, hidden.shape[0], LOGIT_CHUNK):
             h, t = hidden[start : start + LOGIT_CHUNK], mb.targets[start : start + LOGIT_CHUNK]
@@ -169,10 +175,10 @@ class TorchLoraTrainer:
         self.model.eval()
         try:
             result: list[list[float]] = [[] for _ in samples]
-            for indices, mb in self._batches(samples):
+            for mb in self._batches(samples):
                 lp = self._logprobs(mb).cpu()
                 owner = mb.sample_index.cpu()
-                for local, i in enumerate(indices):
+                for local, i in enumerate(mb.samples):
                     result[i] = lp[owner == local].tolist()
             return result
         finally:
@@ -190,7 +196,10 @@ class TorchLoraTrainer:
         loss_sum = clipped = ratio_sum = ratio_dev = 0.0
         gap = SamplerGap()
         tokens_done = 0
-        for indices, mb in self._batches(samples):
+        computed = 0
+        for mb in self._batches(samples):
+            indices = mb.samples
+            computed += mb.computed_tokens
             if should_stop is not None and should_stop():
                 self.optimizer.zero_grad(set_to_none=True)
                 raise Abandoned("training step abandoned")
@@ -228,7 +237,7 @@ class TorchLoraTrainer:
             ratio_mean=ratio_sum / total_tokens,
             sampler_logprob_gap=gap.mean,
             sampler_ratio_outside=gap.outside_share,
-            extra={"ratio_max_deviation": ratio_dev},
+            extra={"ratio_max_deviation": ratio_dev, "computed_tokens": computed},
         )
 
     def _old_logprobs(self, samples, indices, owner, logp: torch.Tensor) -> torch.Tensor:
@@ -343,6 +352,14 @@ class TorchTrainedBackend(Backend):
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
     ) -> TrainStats:
         return self.trainer.train_step(samples, should_stop, on_progress)
+
+    @property
+    def shared_prefix(self) -> bool:
+        return self.trainer.shared_prefix
+
+    @shared_prefix.setter
+    def shared_prefix(self, on: bool) -> None:
+        self.trainer.shared_prefix = on
 
     def save_adapter(self, directory: Path) -> None:
         self.trainer.save_adapter(directory)

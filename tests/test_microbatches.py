@@ -13,11 +13,11 @@ def sample(prompt: int, completion: int, behaviour=None) -> TrainSample:
     return TrainSample([1] * prompt, [2] * completion, 1.0, behaviour)
 
 
-def test_longest_first_and_padded_width_within_the_budget():
-    samples = [sample(2, 2), sample(5, 5), sample(3, 3), sample(20, 20)]
-    groups = pack_microbatches(samples, token_budget=24)
+def test_widest_first_and_padded_width_within_the_budget():
+    widths = [4, 10, 6, 40]
+    groups = pack_microbatches(widths, token_budget=24)
     assert groups == [[3], [1, 2], [0]]  # 40 alone (over budget); 2 x 10 <= 24; 3 x 10 > 24
-    assert pack_microbatches(samples, token_budget=1000) == [[3, 1, 2, 0]]
+    assert pack_microbatches(widths, token_budget=1000) == [[3, 1, 2, 0]]
 
 
 def test_sampler_logprobs_line_up_with_the_tokens():

@@ -77,6 +77,44 @@ def test_a_lora_step_and_the_adapter_moves_to_torch_and_back(mlx_backend, tmp_pa
     assert max(abs(a - b) for r0, r1 in zip(after, restored) for a, b in zip(r0, r1)) < 1e-5
 
 
+def test_shared_prefix_matches_each_completion_trained_alone(mlx_backend):
+    """MLX's shared prefix (one prompt pass whose keys/values the group's completions attend to):
+    the same per-token logprobs and LoRA gradient as each sequence alone, on completions of
+    different lengths (one of a single token) and a group of one. fp32; summation order only,
+    as in the torch test (tests/test_shared_prefix.py)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    from swarmling.backends.shared_prefix import packed_rows
+
+    rng = np.random.default_rng(4)
+    first, second = rng.integers(100, 40000, 30).tolist(), rng.integers(100, 40000, 17).tolist()
+    samples = [TrainSample(first, rng.integers(100, 40000, n).tolist(), 1.0) for n in (1, 7, 4)]
+    samples.append(TrainSample(second, rng.integers(100, 40000, 5).tolist(), 1.0))
+    weights = [rng.normal(size=len(s.completion_ids)).astype(np.float32) for s in samples]
+
+    def run(shared):
+        rows = [r for mb in packed_rows(samples, 4096, shared) for r in mb]
+        order = [i for r in rows for i in r.samples]
+        aligned = mx.array(np.concatenate([weights[j] for j in order]))  # the tokens come in row order
+
+        def loss(model):
+            return (mlx_backend._logprobs(model, samples, rows) * aligned).sum()
+        value, grads = nn.value_and_grad(mlx_backend.model, loss)(mlx_backend.model)
+        lp = np.array(mlx_backend._logprobs(mlx_backend.model, samples, rows))
+        per_sample, i = {}, 0
+        for j in order:
+            per_sample[j] = lp[i : i + len(samples[j].completion_ids)]
+            i += len(samples[j].completion_ids)
+        return per_sample, np.concatenate([np.array(v).ravel() for _, v in sorted(tree_flatten(grads))])
+
+    shared_lp, shared_grad = run(True)
+    alone_lp, alone_grad = run(False)
+    assert max(float(np.abs(shared_lp[j] - alone_lp[j]).max()) for j in alone_lp) < 1e-4
+    assert np.linalg.norm(shared_grad - alone_grad) <= 5e-5 * np.linalg.norm(alone_grad) + 1e-9
+
+
 def test_apple_silicon_picks_mlx_and_says_why():
     from swarmling.app.hardware import Hardware, choose_backend
 
