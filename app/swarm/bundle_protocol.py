@@ -32,7 +32,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
-from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr
+from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr, pin_address
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -148,6 +148,7 @@ class BundleExchange:
                 try:
                     await self._host.connect(infos[0])
                     self._cooldown.succeeded(peer)
+                    pin_address(self._host, infos[0])
                     return ""
                 except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
                     self._cooldown.failed(peer)

@@ -89,7 +89,7 @@ class Dialer:
     async def run(self, host) -> None:
         """Dial every target not connected whose backoff has passed, once a second, forever."""
         for info in self._targets.values():
-            _pin(host, info)
+            pin_address(host, info)
         while True:
             self._take_discovered()
             self._refresh_connected(host)
@@ -106,6 +106,7 @@ class Dialer:
                 if await self._dial(host, pid, info):
                     self._backoff.pop(pid, None)
                     self._remember(info)
+                    pin_address(host, info)
                 else:
                     jitter = random.uniform(0.8, 1.2)
                     cap = NAMED_BACKOFF_MAX_S if pid in self._named else BACKOFF_MAX_S
@@ -149,7 +150,8 @@ class Dialer:
                 self._connected.add(pid)
 
 
-def _pin(host, info: PeerInfo) -> None:
+def pin_address(host, info: PeerInfo) -> None:
+    """Keep the address in `info` for its peer whatever identify says later (peerstore.py)."""
     pin = getattr(host.get_peerstore(), "pin", None)  # DialablePeerstore's
     if pin is not None and info.addrs:
         pin(info.peer_id, info.addrs[0])
