@@ -1,6 +1,13 @@
 """`swarmling bench`: per-phase round times on this machine, and in the same run raw llama.cpp
 throughput for the same model, prompts and completion lengths, with the ratio.
 
+Training is then timed again on the last round's training set, once with shared prefixes (each
+group's prompt computed once, `backends/shared_prefix.py`) and once without, from the same
+adapter and optimizer state: their ratio is what sharing saves on this machine, measured in one
+process on the same samples (timings on a busy machine are noisy; a ratio within one run is not).
+Peak resident memory is the rounds' (before the comparison, whose unshared pass is not what a
+node runs).
+
 The reference decodes exactly the token counts the round produced (same prompts, same number of
 sequences, each stopping where the round's did) with llama.cpp's own C sampler and no logprobs,
 so the ratio measures what the node's sampling with logprobs costs on top of llama.cpp itself.
@@ -11,14 +18,20 @@ so the user's checkpoints are never touched.
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
+import time
+from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from .config import Config
 from .node import Node
 from .paths import Paths, resolve_paths
 from .events import PHASES
 from .round import run_round
+from .rollout import QuestionGroup
+from ..backends.base import Backend, TrainSample
 
 
 def bench(config: Config, paths: Paths, rounds: int) -> int:
@@ -56,6 +69,9 @@ def _bench(node: Node, rounds: int) -> int:
     total = statistics.median(sum(r.seconds.values()) for r in steady)
     print(f"  {'round':<9} {total:7.2f} s")
     handoff = statistics.median(r.seconds.get("hand-off", 0.0) for r in steady)
+    print(f"  {'peak RSS':<9} {peak_rss_bytes() / 1e9:7.2f} GB")
+    if outcome is not None:
+        _compare_training(node.backend, training_samples(outcome.trained or outcome.groups))
 
     reference = node.backend.reference_decoder()
     if reference is None or outcome is None:
@@ -73,3 +89,52 @@ def _bench(node: Node, rounds: int) -> int:
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")
     return 0
 
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (0 where the platform cannot say)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:
+    """A round's training set from its groups, as the round builds it."""
+    return [
+        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob)
+        for g in groups
+        for c, adv in zip(g.completions, g.advantages())
+        if c.token_ids
+    ]
+
+
+def unique_tokens(samples: Sequence[TrainSample]) -> int:
+    """What a trainer must at least compute: each distinct prompt once, every completion token."""
+    return sum(len(p) for p in {tuple(s.prompt_ids) for s in samples}) + sum(len(s.completion_ids) for s in samples)
+
+
+def _compare_training(backend: Backend, samples: list[TrainSample]) -> None:
+    if not any(s.advantage != 0 for s in samples):
+        print("\n(the last round had no learning signal: no training to compare)")
+        return
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
+        backend.save_state(Path(tmp))
+        for shared in (True, False):
+            backend.shared_prefix = shared
+            start = time.perf_counter()
+            stats = backend.train_step(samples)
+            runs[shared] = (time.perf_counter() - start, stats)
+            backend.load_state(Path(tmp))  # both from the same policy and optimizer state
+        backend.shared_prefix = True
+    unique = unique_tokens(samples)
+    print(f"\ntraining, same {len(samples)} samples ({runs[True][1].tokens} completion tokens, {unique} unique tokens)")
+    for shared, label in ((True, "shared prefixes"), (False, "each completion alone")):
+        seconds, stats = runs[shared]
+        computed = int(stats.extra.get("computed_tokens", 0))
+        print(f"  {label:<22} {seconds:7.2f} s  {stats.tokens / seconds:7.1f} completion tok/s  "
+              f"{computed} tokens computed ({computed / unique:.2f}x unique)")
+    print(f"  shared is {runs[False][0] / runs[True][0]:.2f}x faster (target >= 3)")

@@ -6,7 +6,9 @@ ignored, so every sequence runs the full length), random weights in bf16, for th
 and Qwen2.5-0.5B shapes. Per model it prints:
 - our phases: generate (first call, which includes compiling the decode step = warm-up, then the
   median of the steady calls), score (the real verifier on 72 replies), train (one GRPO step with
-  LoRA r16), hand-off, and the steady round total;
+  LoRA r16, shared prefixes), hand-off, and the steady round total;
+- the same training step with each completion alone (every prompt recomputed), and which fused
+  attention kernel takes the shared-prefix mask (a math fallback would be slow);
 - the memory-bandwidth floor for generation: bytes read per decode step (weights + the average
   KV cache) x steps / the device-to-device copy bandwidth measured now;
 - Hugging Face `generate` with a static cache (compiled by transformers on CUDA) on the same
@@ -143,6 +145,10 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
                for p, row in enumerate(result.completions) for i, c in enumerate(row)]
     train_first, stats = _timed(lambda: trainer.train_step(samples), device)
     train_s = statistics.median(_timed(lambda: trainer.train_step(samples), device)[0] for _ in range(steady_rounds))
+    trainer.shared_prefix = False
+    unshared_s = statistics.median(_timed(lambda: trainer.train_step(samples), device)[0] for _ in range(steady_rounds))
+    trainer.shared_prefix = True
+    kernel = masked_attention_kernel(trainer, samples[: shape.completions])
     handoff_s, _ = _timed(lambda: None, device)  # one copy of the weights: nothing to hand over
     weights = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
     floor = floor_seconds(config, shape, weights, bandwidth, torch.finfo(dtype).bits // 8)
@@ -155,6 +161,8 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
         ("generate, steady (median)", gen_s, f"{gen_s / floor:.1f}x the floor"),
         (f"score (real verifier, {len(samples)} replies)", score_s, ""),
         ("train (GRPO step, LoRA r16), first / steady", train_s, f"first {train_first:.2f} s"),
+        ("train, each completion alone (steady)", unshared_s, f"shared prefixes {unshared_s / train_s:.1f}x faster; "
+         f"attention: sdpa, {kernel}"),
         ("hand-off", handoff_s, ""),
         ("round total, steady", round_s, "toy shape: times mean nothing" if shape == TINY
          else f"target <= 2 s: {'met' if round_s <= 2 else 'NOT met'}, stretch <= 1 s: {'met' if round_s <= 1 else 'not met'}"),
@@ -166,6 +174,23 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
         print(f"  {what:<46} {seconds:>8.3f} s  {note}")
     print(f"  sampler/trainer logprob gap {stats.sampler_logprob_gap:.2e} per token, "
           f"{stats.sampler_ratio_outside:.1%} of tokens with ratio outside [0.8, 1.2]\n")
+
+
+def masked_attention_kernel(trainer: TorchLoraTrainer, samples: list[TrainSample]) -> str:
+    """The first fused SDPA kernel that accepts a shared-prefix microbatch's mask here, tried one
+    at a time with the others forbidden; the math fallback (slow, memory quadratic in the row)
+    only if none does."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    mb = trainer._batches(samples)[0]
+    for kernel in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION):
+        try:
+            with sdpa_kernel([kernel]), torch.no_grad():
+                trainer._logprobs(mb)
+            return f"{kernel.name.lower()} kernel"
+        except RuntimeError:
+            continue
+    return "MATH FALLBACK (slow)"
 
 
 def _score_seconds(replies: int) -> float:

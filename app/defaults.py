@@ -24,12 +24,20 @@ class Resolved:
     microbatch_tokens: int
 
 
-# Peak resident memory of a CPU node with the shipped 135M model, measured: ~1.25 GB at a 256-token
-# training microbatch, ~12.5 GB at 4096 -> about 0.6 GB + 2.9 MB per microbatch token. Bigger
-# models scale both parts by their size relative to the shipped one.
-BASE_BYTES = 0.6e9
-BYTES_PER_MICROBATCH_TOKEN = 2.9e6
+# Peak resident memory of a CPU node with the shipped 135M model, re-measured with shared-prefix
+# training (`swarmling bench`, default round, peak RSS of the whole process): a fixed part (the
+# torch weights in fp32, llama.cpp's model and context, the runtime) plus the saved activations of
+# one training microbatch, which grow with its padded tokens (~2.5 MB each in fp32; the 49k-vocab
+# logits are chunked). Bigger models scale both parts by their size relative to the shipped one.
+BASE_BYTES = 1.2e9
+BYTES_PER_MICROBATCH_TOKEN = 2.5e6
 MIN_MICROBATCH = 128
+# Without a memory ceiling the CPU node keeps its estimated peak under this: a good guest on a
+# 4 GB machine whose owner also runs a browser. Sharing prefixes makes a small microbatch cheap
+# (one group's prompt and completions is ~200 tokens in the default round; a bigger microbatch
+# only takes fewer, not fewer-token, passes), so nothing is lost by not using the machine's memory.
+GUEST_BYTES = 2.0e9
+DEFAULT_MICROBATCH = 2048  # the starting point the guest ceiling halves from
 
 
 class ResourceError(ValueError):
@@ -40,11 +48,13 @@ def estimate_peak_bytes(microbatch_tokens: int, model_scale: float = 1.0) -> flo
     return model_scale * (BASE_BYTES + BYTES_PER_MICROBATCH_TOKEN * microbatch_tokens)
 
 
-def fit_microbatch(microbatch: int, ceiling_bytes: float, model_scale: float = 1.0) -> int:
-    """The largest microbatch (halving from `microbatch`) whose estimated peak fits the ceiling."""
+def fit_microbatch(microbatch: int, ceiling_bytes: float, model_scale: float = 1.0, strict: bool = True) -> int:
+    """The largest microbatch (halving from `microbatch`) whose estimated peak fits the ceiling.
+    `strict`: a ceiling nothing fits is an error (the user's); otherwise the smallest microbatch
+    (the guest default on a big model: the best that can be done without being told)."""
     while microbatch > MIN_MICROBATCH and estimate_peak_bytes(microbatch, model_scale) > ceiling_bytes:
         microbatch //= 2
-    if estimate_peak_bytes(microbatch, model_scale) > ceiling_bytes:
+    if strict and estimate_peak_bytes(microbatch, model_scale) > ceiling_bytes:
         need = estimate_peak_bytes(MIN_MICROBATCH, model_scale) / 1e9
         raise ResourceError(
             f"resources.max_memory_gb = {ceiling_bytes / 1e9:g} is below what this model needs even at the smallest "
@@ -59,18 +69,17 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
     small = threads <= 4
     questions = config.round.questions or (8 if small else 16)
     completions = config.round.completions or 8
-    # Peak training memory grows with the tokens per microbatch (49k-vocab logits are chunked,
-    # activations are not): ≈ 12.5 GB RSS at 4096 tokens on the 135M model, so a guest on a
-    # laptop stays at 2048 or less; the gradient is the same, only accumulated in more passes.
-    gib = hw.memory_total / 2**30
-    microbatch = config.train.microbatch_tokens or (512 if gib < 6 else 1024 if gib < 12 else 2048)
+    # Peak training memory grows with the tokens per microbatch (see BASE_BYTES): the default
+    # fits the guest ceiling; the gradient is the same, only accumulated in more passes.
+    ceiling = config.resources.max_memory_gb
+    guest = GUEST_BYTES if ceiling is None else ceiling * 1e9
+    microbatch = config.train.microbatch_tokens or fit_microbatch(DEFAULT_MICROBATCH, guest, model_scale, strict=False)
     if hw.cuda_devices and config.backend.kind in ("auto", "cuda"):
         # On a GPU the microbatch follows device memory (logits are chunked, so activations of a
         # sub-1B model dominate): 8k tokens on an 8-16 GB card, up to 32k on an 80 GB one.
         gpu_gib = (hw.cuda_memory[0] if hw.cuda_memory else 0) / 2**30
         microbatch = config.train.microbatch_tokens or (4096 if gpu_gib < 8 else 8192 if gpu_gib < 16
                                                         else 16384 if gpu_gib < 40 else 32768)
-    ceiling = config.resources.max_memory_gb
     if ceiling is not None and not hw.cuda_devices:
         microbatch = fit_microbatch(microbatch, ceiling * 1e9, model_scale)
     return Resolved(

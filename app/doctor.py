@@ -19,7 +19,7 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     print(f"  system      {hw.system} ({hw.machine})")
     print(f"  cpu         {hw.cpu}: {hw.physical_cores} cores / {hw.logical_cores} threads")
     print(f"  memory      {hw.memory_total / 2**30:.1f} GiB ({hw.memory_available / 2**30:.1f} GiB free)")
-    print(f"  bf16 on cpu {'yes' if hw.has_bf16_cpu else 'no (training stays fp32)'}")
+    print(f"  bf16 on cpu {'yes' if hw.has_bf16_cpu else 'no'} (training runs in fp32 either way)")
     print(f"  cuda        {', '.join(hw.cuda_devices) or 'none'}")
     print(f"  apple mlx   {'yes' if hw.mlx_importable else 'no'}")
     choice = choose_backend(hw, config.backend.kind)

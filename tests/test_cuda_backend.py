@@ -135,8 +135,9 @@ def test_gpu_benchmark_command_runs_its_toy_shape_on_the_cpu():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     for row in ("SmolLM2-135M", "Qwen2.5-0.5B", "generate, steady", "floor: generation", "HF generate static cache, steady",
-                "round total, steady", "logprob gap"):
+                "round total, steady", "logprob gap", "train, each completion alone", "attention: sdpa"):
         assert row in out.stdout, row
+    assert "MATH FALLBACK" not in out.stdout  # on the CPU too, the mask takes a fused kernel
 
 
 @pytest.mark.slow
