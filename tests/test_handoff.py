@@ -58,7 +58,9 @@ def test_hand_off_matches_torch(backend, monkeypatch):
     assert (lora_cpp.argmax(-1) != base_cpp.argmax(-1)).mean() >= 0.3
 
     # Without the rotary permutation of q/k the hand-off is measurably wrong (nothing raises).
+    # (llama declared unpermuted: the writer refuses architectures it has no checked layout for)
     monkeypatch.setattr(gguf_lora, "PERMUTED_QK_ARCHS", frozenset())
+    monkeypatch.setattr(gguf_lora, "UNPERMUTED_ARCHS", gguf_lora.UNPERMUTED_ARCHS | {"llama"})
     backend.hand_off()
     wrong = backend.generator.prompt_logits(ids) - base_cpp
     corr_wrong = np.corrcoef(wrong.ravel(), effect_torch.ravel())[0, 1]
