@@ -25,18 +25,19 @@ class Resolved:
 
 
 # Peak resident memory of a CPU node with the shipped 135M model, re-measured with shared-prefix
-# training (`swarmling bench`, default round, peak RSS of the whole process): a fixed part (the
-# torch weights in fp32, llama.cpp's model and context, the runtime) plus the saved activations of
-# one training microbatch, which grow with its padded tokens (~2.5 MB each in fp32; the 49k-vocab
-# logits are chunked). Bigger models scale both parts by their size relative to the shipped one.
-BASE_BYTES = 1.2e9
+# training: a fixed part (the torch weights in fp32, llama.cpp's model and context, the runtime)
+# plus the saved activations of one training microbatch, which grow with its padded tokens
+# (~2.5 MB each in fp32, from the trainer alone at 256-2048 tokens; the 49k-vocab logits are
+# chunked). `swarmling bench`, default round on 2 cores: 2.26 GB peak at 256 tokens. Bigger
+# models scale both parts by their size relative to the shipped one.
+BASE_BYTES = 1.6e9
 BYTES_PER_MICROBATCH_TOKEN = 2.5e6
 MIN_MICROBATCH = 128
-# Without a memory ceiling the CPU node keeps its estimated peak under this: a good guest on a
-# 4 GB machine whose owner also runs a browser. Sharing prefixes makes a small microbatch cheap
+# Without a memory ceiling the CPU node keeps its estimated peak under this: a guest on a 4 GB
+# machine leaves its owner 1.5 GB (a browser). Sharing prefixes makes a small microbatch cheap
 # (one group's prompt and completions is ~200 tokens in the default round; a bigger microbatch
 # only takes fewer, not fewer-token, passes), so nothing is lost by not using the machine's memory.
-GUEST_BYTES = 2.0e9
+GUEST_BYTES = 2.5e9
 DEFAULT_MICROBATCH = 2048  # the starting point the guest ceiling halves from
 
 

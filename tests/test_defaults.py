@@ -18,7 +18,7 @@ def test_a_ceiling_below_the_smallest_microbatch_is_refused_with_what_would_fit(
 
 def test_without_a_ceiling_the_cpu_default_is_a_good_guest_on_any_machine():
     """Sized from the guest ceiling, not from the machine's memory: a 64 GB box and a 4 GB one get
-    the same microbatch, whose estimated peak stays under 2 GB; a ceiling the user sets wins."""
+    the same microbatch, whose estimated peak stays under the guest ceiling; a ceiling the user sets wins."""
     from swarmling.app.config import Config
     from swarmling.app.defaults import GUEST_BYTES, resolve
     from swarmling.app.hardware import Hardware
