@@ -239,3 +239,34 @@ class SilentCrowd:
             except Exception:  # noqa: BLE001 — refused: the victim is full, as the attack wants
                 pass
             await trio.sleep_forever()
+
+
+def churn_connections(target: str, n: int) -> int:
+    """`n` fresh identities, one after another, each connecting to `target` and hanging up
+    properly; how many got in. Runs its own trio loop on the calling thread."""
+    import multiaddr
+    from libp2p import new_host
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.crypto.x25519 import create_new_key_pair as x25519
+    from libp2p.security.noise.transport import PROTOCOL_ID, Transport
+
+    from swarmling.app.swarm.dialer import parse_peer_addr
+
+    info = parse_peer_addr(target)
+
+    async def main() -> int:
+        got_in = 0
+        for _ in range(n):
+            key_pair = create_new_key_pair()
+            host = new_host(key_pair=key_pair, sec_opt={PROTOCOL_ID: Transport(key_pair, noise_privkey=x25519().private_key)})
+            async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+                with trio.move_on_after(5):
+                    try:
+                        await host.connect(info)
+                        got_in += 1
+                        await host.disconnect(info.peer_id)
+                    except Exception:  # noqa: BLE001 — refused: what the test looks for
+                        pass
+        return got_in
+
+    return trio.run(main)

@@ -135,11 +135,26 @@ def gossip_check(v: Victim) -> None:
     """After everything: a fresh honest peer's announcement still reaches the victim."""
     c = honest(v.tmp_path, "late-honest", dial=(v.node.listen_addrs[0],))
     try:
-        assert wait_until(lambda: meshed(c.host, v.node.peer_id), timeout_s=30)
+        assert wait_until(lambda: meshed(c.host, v.node.peer_id), timeout_s=30), gossip_state(v, c)
         c.host.publish(bundle_and_announcement(c.peer_id, real_groups(1))[1])
         assert wait_until(lambda: any(x.origin == c.peer_id for x in v.node.board.fresh()), timeout_s=30)
     finally:
         c.stop()
+
+
+def gossip_state(v: Victim, c) -> str:
+    """What the victim's and the newcomer's routers hold, for a failure message."""
+
+    def state(host) -> str:
+        ps, topic = host._pubsub, host.settings.topic
+        return (f"connected={len(host._host.get_connected_peers())} pubsub_peers={len(ps.peers)} "
+                f"topic_peers={len(ps.peer_topics.get(topic, ()))} mesh={len(ps.router.mesh.get(topic, ()))} "
+                f"faults={ps.library_faults} dropped={ps.dropped_malformed} "
+                f"backoff={sum(len(b) for b in getattr(ps.router, 'back_off', {}).values())}")
+
+    return (f"victim: {on_network_thread(v.node.host, lambda: state(v.node.host))}; "
+            f"newcomer: {on_network_thread(c.host, lambda: state(c.host))}; "
+            f"victim knows newcomer: {on_network_thread(v.node.host, lambda: ID.from_base58(c.peer_id) in v.node.host._pubsub.peers)}")
 
 
 # ---- gossip RPC frames ------------------------------------------------------------------------------

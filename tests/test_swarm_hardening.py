@@ -18,6 +18,7 @@ from swarm_peers import (
     Hostile,
     SilentCrowd,
     bundle_and_announcement,
+    churn_connections,
     connected_pair,
     hold_idle_streams,
     honest,
@@ -30,6 +31,7 @@ from waiting import wait_until
 from swarmling.app.swarm import admission, pubsub_guard
 from swarmling.app.swarm.board import NEWCOMER_BUNDLES
 from swarmling.app.swarm.bundle_protocol import ABANDONED
+from swarmling.app.swarm.host import CONNECTIONS
 from swarmling.app.swarm.identity import new_identity
 from swarmling.app.swarm.wire import digest
 
@@ -215,6 +217,23 @@ def test_silent_connections_are_reaped_and_new_peers_still_get_in(tmp_path):
             c.stop()
     finally:
         crowd.stop()
+        b.stop()
+
+
+def test_connections_that_come_and_go_never_use_up_the_inbound_slots(tmp_path):
+    # Found by the fuzzer (it replaces attackers the victim stopped listening to): py-libp2p
+    # 0.8.1 held each inbound connection's slot until the host stopped, so after max_connections
+    # connections in its lifetime a node let nobody in again.
+    b = honest(tmp_path, "b")
+    try:
+        comers = CONNECTIONS.max_connections + 10
+        assert churn_connections(b.listen_addrs[0], comers) == comers
+        c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))
+        try:
+            assert wait_until(lambda: b.peer_id in c.host.connected_peers(), timeout_s=20)
+        finally:
+            c.stop()
+    finally:
         b.stop()
 
 

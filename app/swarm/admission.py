@@ -10,6 +10,10 @@ a node for good. Here, once a second:
   we dial (bootstrap, static, remembered) and proven peers (a positive delivered record). The
   others are ranked by having announced anything, then their record, then age (older first);
 - a peer disconnected here is disconnected again as soon as it returns within BANNED_S.
+
+`free_inbound_slots_on_close` fixes what the fuzzer found under all this: py-libp2p 0.8.1 held
+every inbound connection's slot until the host stopped, so a node refused everyone after its
+96th inbound connection *ever* (honest churn included).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 from collections.abc import Callable
 
 import trio
+from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.peer.id import ID
 
 log = logging.getLogger("swarmling.swarm")
@@ -28,6 +33,7 @@ ROOM = 8
 BANNED_S = 60.0
 CHECK_INTERVAL_S = 1.0
 DISCONNECT_TIMEOUT_S = 2.0
+INBOUND_POLL_S = 1.0
 
 Rank = Callable[[str], tuple[bool, float]]  # peer -> (announced anything, delivered score)
 
@@ -70,3 +76,37 @@ class ConnectionKeeper:
                         await host.disconnect(ID.from_base58(peer))
                     except Exception as exc:  # noqa: BLE001 — already gone
                         log.debug("disconnecting %s: %s", peer[:16], exc)
+
+
+def free_inbound_slots_on_close(network) -> None:
+    """Hold an inbound connection's slot under py-libp2p's inbound cap only while it is open.
+
+    py-libp2p 0.8.1's `Swarm._do_handle_inbound_connection` upgrades the connection, then awaits
+    `self.manager.wait_finished()` — the end of the whole swarm — while `_handle_inbound_connection`
+    holds one token of `_inbound_limiter` (max_connections - min_connections) around it: tokens
+    are returned only when the host stops. Measured: a node refused every new connection after
+    its 65th inbound connection in a row of connect-and-leave peers (the issue's "no new peer
+    could connect" after ~45 attackers). Upstream issue we would file (libp2p/py-libp2p):
+    "Swarm: inbound connection handler waits for the swarm to finish instead of the connection
+    to close; the inbound limiter leaks a token per connection ever accepted, and a long-running
+    host eventually rejects all inbound connections."
+
+    Our handler (TCP only: the pre-multiplexed QUIC path and connection gating, which this node
+    does not use, are left out) returns once the connection is closed.
+    """
+
+    async def handle_inbound(read_write_closer, maddr, failure_event) -> None:
+        raw_conn = RawConnection(read_write_closer, False)
+        try:
+            muxed = await network.upgrade_inbound_raw_conn(raw_conn, maddr)
+        except Exception as exc:  # noqa: BLE001 — a failed handshake: hang up
+            log.debug("inbound connection from %s failed: %s", maddr, exc)
+            try:
+                await raw_conn.close()
+            except Exception:  # noqa: BLE001 — already gone
+                pass
+            return
+        while not muxed.is_closed:
+            await trio.sleep(INBOUND_POLL_S)
+
+    network._do_handle_inbound_connection = handle_inbound

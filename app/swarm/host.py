@@ -53,7 +53,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from .addresses import dialable_addrs, interface_hosts, is_loopback
-from .admission import ConnectionKeeper, Rank
+from .admission import ConnectionKeeper, Rank, free_inbound_slots_on_close
 from .bundle_protocol import ABANDONED, BundleExchange, BundleSource, FetchDone
 from .counting_transport import Counters, CountingTCP
 from .dialer import DialCooldown, Dialer, parse_peer_addr
@@ -233,6 +233,7 @@ class SwarmHost:
             connection_config=CONNECTIONS,
         )
         self._host = host
+        free_inbound_slots_on_close(host.get_network())
         gossipsub = GossipSub(
             protocols=[GOSSIPSUB_PROTOCOL],
             degree=6,
