@@ -11,6 +11,8 @@ import threading
 import time
 
 import numpy as np
+import trio
+from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
@@ -234,6 +236,31 @@ def test_connections_that_come_and_go_never_use_up_the_inbound_slots(tmp_path):
         finally:
             c.stop()
     finally:
+        b.stop()
+
+
+async def _record(dropped: list[str], peer: str) -> None:
+    dropped.append(peer)
+
+
+def test_a_peer_that_stops_answering_is_disconnected(tmp_path, monkeypatch):
+    # A peer that vanished without closing (power off, a dropped NAT mapping) looked connected for
+    # ever, holding a connection and a gossip mesh slot: the fuzzer's departed attackers filled
+    # the victim's mesh until newcomers were pruned.
+    monkeypatch.setattr(admission, "PING_EVERY_S", 1.0)
+    monkeypatch.setattr(admission, "PING_TIMEOUT_S", 1.0)
+    b, h = connected_pair(tmp_path)
+    c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))
+    try:
+        on_network_thread(h, lambda: h._host.set_stream_handler(PING_PROTOCOL, lambda stream: trio.sleep_forever()))
+        dropped: list[str] = []
+        monkeypatch.setattr(b.host._keeper, "_disconnect", lambda host, peer: _record(dropped, peer))
+        assert wait_until(lambda: h.peer_id in dropped, timeout_s=15)
+        time.sleep(3)
+        assert c.peer_id not in dropped  # a peer that answers stays
+    finally:
+        c.stop()
+        h.stop()
         b.stop()
 
 

@@ -9,7 +9,10 @@ a node for good. Here, once a second:
   KEEP_AT_MOST - ROOM, so a newcomer always finds room to connect. Never disconnected: the peers
   we dial (bootstrap, static, remembered) and proven peers (a positive delivered record). The
   others are ranked by having announced anything, then their record, then age (older first);
-- a peer disconnected here is disconnected again as soon as it returns within BANNED_S.
+- a peer disconnected here is disconnected again as soon as it returns within BANNED_S;
+- every PING_EVERY_S each connected peer is pinged (libp2p's ping protocol): one that fails
+  PING_FAILURES_TO_DROP times in a row is gone (powered off, NAT mapping dropped: TCP without
+  keepalive never notices) and disconnected, so dead peers do not hold connection or mesh slots.
 
 `free_inbound_slots_on_close` fixes what the fuzzer found under all this: py-libp2p 0.8.1 held
 every inbound connection's slot until the host stopped, so a node refused everyone after its
@@ -19,9 +22,11 @@ every inbound connection's slot until the host stopped, so a node refused everyo
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import trio
+from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.peer.id import ID
 
@@ -34,6 +39,10 @@ BANNED_S = 60.0
 CHECK_INTERVAL_S = 1.0
 DISCONNECT_TIMEOUT_S = 2.0
 INBOUND_POLL_S = 1.0
+PING_EVERY_S = 30.0
+PING_TIMEOUT_S = 10.0
+PING_FAILURES_TO_DROP = 2
+PINGS_AT_ONCE = 8
 
 Rank = Callable[[str], tuple[bool, float]]  # peer -> (announced anything, delivered score)
 
@@ -44,6 +53,7 @@ class ConnectionKeeper:
         self._rank = rank
         self._first_seen: dict[str, float] = {}  # connected peer -> when we first saw it connected
         self._banned: dict[str, float] = {}  # peer -> until when it is disconnected on sight
+        self._unanswered: dict[str, int] = {}  # connected peer -> pings failed in a row
         self.reaped = 0
 
     def to_close(self, connected: set[str], subscribed: set[str], now: float) -> list[str]:
@@ -63,19 +73,59 @@ class ConnectionKeeper:
         return sorted(close)
 
     async def run(self, host, pubsub, topic: str) -> None:
-        """Apply `to_close` once a second, forever."""
+        """Apply `to_close` once a second and ping every peer every PING_EVERY_S, forever."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._ping_forever, host)
+            while True:
+                await trio.sleep(CHECK_INTERVAL_S)
+                connected = {p.to_base58() for p in host.get_connected_peers()}
+                subscribed = {p.to_base58() for p in pubsub.peer_topics.get(topic, ())}
+                for peer in self.to_close(connected, subscribed, trio.current_time()):
+                    log.debug("disconnecting %s (silent, or the least useful while connections run short)", peer[:16])
+                    await self._disconnect(host, peer)
+
+    async def _ping_forever(self, host) -> None:
+        limit = trio.CapacityLimiter(PINGS_AT_ONCE)
         while True:
-            await trio.sleep(CHECK_INTERVAL_S)
-            connected = {p.to_base58() for p in host.get_connected_peers()}
-            subscribed = {p.to_base58() for p in pubsub.peer_topics.get(topic, ())}
-            for peer in self.to_close(connected, subscribed, trio.current_time()):
-                self.reaped += 1
-                log.debug("disconnecting %s (silent, or the least useful while connections run short)", peer[:16])
-                with trio.move_on_after(DISCONNECT_TIMEOUT_S):
+            await trio.sleep(PING_EVERY_S)
+            connected = [p.to_base58() for p in host.get_connected_peers()]
+            self._unanswered = {p: n for p, n in self._unanswered.items() if p in connected}
+            async with trio.open_nursery() as nursery:
+                for peer in connected:
+                    nursery.start_soon(self._ping, host, peer, limit)
+
+    async def _ping(self, host, peer: str, limit: trio.CapacityLimiter) -> None:
+        async with limit:
+            answered = False
+            with trio.move_on_after(PING_TIMEOUT_S):
+                try:
+                    stream = await host.new_stream(ID.from_base58(peer), [PING_PROTOCOL])
                     try:
-                        await host.disconnect(ID.from_base58(peer))
-                    except Exception as exc:  # noqa: BLE001 — already gone
-                        log.debug("disconnecting %s: %s", peer[:16], exc)
+                        payload = os.urandom(32)
+                        await stream.write(payload)
+                        echo = b""
+                        while len(echo) < len(payload):
+                            chunk = await stream.read(len(payload) - len(echo))
+                            if not chunk:
+                                break
+                            echo += chunk
+                        answered = echo == payload
+                    finally:
+                        await stream.reset()
+                except Exception as exc:  # noqa: BLE001 — no stream, reset: not answered
+                    log.debug("ping %s: %s", peer[:16], exc)
+        self._unanswered[peer] = 0 if answered else self._unanswered.get(peer, 0) + 1
+        if self._unanswered[peer] >= PING_FAILURES_TO_DROP:
+            log.debug("disconnecting %s: %d pings unanswered", peer[:16], self._unanswered.pop(peer))
+            await self._disconnect(host, peer)
+
+    async def _disconnect(self, host, peer: str) -> None:
+        self.reaped += 1
+        with trio.move_on_after(DISCONNECT_TIMEOUT_S):
+            try:
+                await host.disconnect(ID.from_base58(peer))
+            except Exception as exc:  # noqa: BLE001 — already gone
+                log.debug("disconnecting %s: %s", peer[:16], exc)
 
 
 def free_inbound_slots_on_close(network) -> None:
