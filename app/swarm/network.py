@@ -29,7 +29,6 @@ import numpy as np
 
 from ..events import PeerView
 from ..rollout import QuestionGroup
-from ..round_record import SWARM_FIELDS
 from .board import Board
 from .bundle_protocol import NOT_THE_PEERS_FAULT
 from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
@@ -212,7 +211,7 @@ class SwarmNetwork:
         fetch_s = list(self.host.fetch_latency_s)
         announce_s = self.board.take_latencies()
         bundle_bytes, self._bundle_bytes_in = self._bundle_bytes_in, 0
-        stats = {
+        return {
             "peers": len(self.host.connected_peers()),
             "peers_heard": self.board.peers_heard(),
             "bytes_in": bytes_in - last_in,
@@ -227,8 +226,6 @@ class SwarmNetwork:
             "fetches_pending": self._fetches_pending,
             "host_restarts": self.host.health().restarts,
         }
-        # Figures the round record does not have a field for yet are left out, not refused.
-        return {key: value for key, value in stats.items() if key in SWARM_FIELDS}
 
     # ---- network-thread callbacks --------------------------------------------------------------
     def _serve(self, wanted: str) -> bytes | None:
