@@ -29,8 +29,7 @@ from .config import Config
 from .node import Node
 from .paths import Paths, resolve_paths
 from .events import PHASES
-from .round import run_round
-from .rollout import QuestionGroup
+from .round import run_round, training_samples
 from ..backends.base import Backend, TrainSample
 
 
@@ -99,16 +98,6 @@ def peak_rss_bytes() -> int:
         return 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
-
-
-def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:
-    """A round's training set from its groups, as the round builds it."""
-    return [
-        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob)
-        for g in groups
-        for c, adv in zip(g.completions, g.advantages())
-        if c.token_ids
-    ]
 
 
 def unique_tokens(samples: Sequence[TrainSample]) -> int:

@@ -148,12 +148,7 @@ def run_round(
     selection = select_groups(
         groups, external, settings.local_groups, settings.external_groups, rng, settings.max_groups_per_peer
     )
-    samples = [
-        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob)
-        for g in selection.groups
-        for c, adv in zip(g.completions, g.advantages())
-        if c.token_ids
-    ]
+    samples = training_samples(selection.groups)
     lap("sample")
 
     # 6. one GRPO update (skipped when no group has any signal) and 7. hand-off
@@ -223,6 +218,16 @@ def run_round(
         list(selection.external) if train_stats else [],
         list(selection.groups) if train_stats else [],
     )
+
+
+def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:
+    """Every reply of the groups as a training sample, with its group's advantage."""
+    return [
+        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob)
+        for g in groups
+        for c, adv in zip(g.completions, g.advantages())
+        if c.token_ids
+    ]
 
 
 def _advantage_share(part: Sequence[QuestionGroup], whole: Sequence[QuestionGroup]) -> float:
