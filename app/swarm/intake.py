@@ -66,10 +66,16 @@ class IntakeContext:
 
     def token_limit(self, sender_model: str) -> int:
         same_tokenizer = bool(self.model) and sender_model == self.model and self.max_new_tokens is not None
-        return self.max_new_tokens if same_tokenizer else self.max_completion_tokens
+        return self.max_new_tokens + SAME_TOKENIZER_SLACK if same_tokenizer else self.max_completion_tokens
 
 
 MAX_LOST_SHARE = 0.25  # a group that lost more of its replies here is refused
+# Re-tokenising a sampled text, even with the same tokenizer, can take a few more tokens than the
+# sampler drew: its tokens are not always the canonical split, and the reply is tokenised
+# without the prefill in front of it. Replies cut at the length limit would otherwise be dropped.
+SAME_TOKENIZER_SLACK = 4
+
+MAX_TAIL_CHARS = 3  # what the token completing `</answer>` may carry after it
 
 # C0 controls but tab and newline, DEL and C1 (ESC among them: terminal escape sequences).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -78,17 +84,19 @@ CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def reply_shape_problem(completion: str, peer: str) -> Rejected | None:
     """Why a peer's reply (after the prefill) is not one this node's own sampler could have
     written, or None. A local sample ends with the token that completes the first `</answer>`, so
-    nothing but that token's trailing whitespace can follow it; anything else rides on the answer
-    (spam, escape sequences, a second answer) and would be trained on with the answer's reward."""
+    nothing but the rest of that token can follow it (SmolLM2's `>.`, `>")`, `></`: a few
+    characters, no letters or digits); anything else rides on the answer (spam, escape sequences,
+    a second answer) and would be trained on with the answer's reward."""
     if CONTROL_CHARACTERS.search(completion):
         return Rejected(peer, "a reply with control characters (terminal escapes?)")
     first_close = completion.find(CLOSE)
-    if first_close >= 0 and completion[first_close + len(CLOSE):].strip():
+    tail = completion[first_close + len(CLOSE):].strip() if first_close >= 0 else ""
+    if len(tail) > MAX_TAIL_CHARS or any(ch.isalnum() for ch in tail):
         return Rejected(peer, "a reply with text after its closing </answer>")
     last_open = completion.rfind(OPEN)
     if last_open >= 0 and completion[:last_open].replace(OPEN, "").strip():
         # Honest policies may write this, but the scorer would grade only what follows the last
-        # tag while training pushes up everything before it: not worth the risk from a stranger.
+        # tag while training pushes up everything before it: the reply is dropped (not blamed).
         return Rejected(peer, "a reply with text before a second <answer> tag", blame=False)
     return None
 
@@ -121,7 +129,9 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
         else:
             continue  # written without the prefill our prompt puts in front of it: not this policy's action
         if refused := reply_shape_problem(completion_text, peer):
-            return refused  # the whole group: it carried this reply
+            if refused.blame:
+                return refused  # the whole group: no honest sampler writes this, it came to carry it
+            continue  # an honest policy may write it; it is just not trained on
         token_ids = ctx.tokenize(completion_text)
         if not token_ids or len(token_ids) > token_limit:
             continue
