@@ -35,7 +35,8 @@ from swarmling.app.swarm.board import MAX_ORIGINS
 from swarmling.app.swarm.host import GOSSIPSUB_PROTOCOL
 from swarmling.app.swarm.wire import digest
 
-pytestmark = pytest.mark.timeout(600)
+# Minutes of real hosts under attack: the full suite (CI) runs it, the fast tier does not.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 FUZZ_EXAMPLES = int(os.environ.get("SWARMLING_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,

@@ -6,6 +6,8 @@ libp2p on 127.0.0.1, and checks the node is still on the network afterwards.
 
 from __future__ import annotations
 
+import pytest
+
 import socket
 import threading
 import time
@@ -36,6 +38,9 @@ from swarmling.app.swarm.bundle_protocol import ABANDONED
 from swarmling.app.swarm.host import CONNECTIONS
 from swarmling.app.swarm.identity import new_identity
 from swarmling.app.swarm.wire import digest
+
+# Each reproduction runs real hosts for seconds to a minute: the full suite (CI) runs them, the fast tier does not.
+pytestmark = pytest.mark.slow
 
 SHA256_PEER_ID = b"\x12\x20" + bytes(range(32))  # an RSA-style peer id: no key inside
 
