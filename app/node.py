@@ -82,7 +82,7 @@ class Node:
         self.curriculum: Curriculum | None = None
         self.round = 0
         self.last_record: RoundRecord | None = None
-        self._recent_swarm_shares: deque[float | None] = deque(maxlen=10)
+        self._recent_swarm_shares: deque[float] = deque(maxlen=10)  # rounds that trained only
         # The held-out score of the weights the node started from, for its first round's record.
         self._start_eval: EvalResult | None = None
         self._start_evaluated = False
@@ -128,7 +128,7 @@ class Node:
 
     def _swarm_share(self) -> float | None:
         """The external groups' share of the advantage mass over the last 10 rounds that trained."""
-        shares = [s for s in self._recent_swarm_shares if s is not None]
+        shares = self._recent_swarm_shares
         return round(sum(shares) / len(shares), 3) if shares else None
 
     @property
