@@ -9,6 +9,8 @@ whatever the swarm's size.
 A target is always dialled at its configured address, whatever identify said since (the address
 is pinned in the peerstore, peerstore.py), and a named target skips py-libp2p's 60 s "recently
 failed" cache: a restarted bootstrap or helper is found again at the next try (≤ 15 s).
+A target named by DNS (`/dns4/helper.example.org/…`) is resolved at each try (resolve.py: py-libp2p
+0.8.1 cannot) and its IP addresses are dialled; the name is what is remembered.
 `DialCooldown` is the same idea for the authors of bundles: one that could not be dialled is not
 dialled again for a while, so it cannot keep taking fetch slots.
 """
@@ -23,6 +25,8 @@ import time
 import multiaddr
 import trio
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+
+from .resolve import is_dns, resolve
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -89,7 +93,8 @@ class Dialer:
     async def run(self, host) -> None:
         """Dial every target not connected whose backoff has passed, once a second, forever."""
         for info in self._targets.values():
-            pin_address(host, info)
+            if not _names_host(info):  # a name is pinned as the address it resolved to, once dialled
+                pin_address(host, info)
         while True:
             self._take_discovered()
             self._refresh_connected(host)
@@ -103,10 +108,11 @@ class Dialer:
                     continue
                 if pid in self._named:
                     _forget_failures(host, info)
-                if await self._dial(host, pid, info):
+                dialled = await self._dial(host, pid, info)
+                if dialled is not None:
                     self._backoff.pop(pid, None)
                     self._remember(info)
-                    pin_address(host, info)
+                    pin_address(host, dialled)
                 else:
                     jitter = random.uniform(0.8, 1.2)
                     cap = NAMED_BACKOFF_MAX_S if pid in self._named else BACKOFF_MAX_S
@@ -133,14 +139,25 @@ class Dialer:
             self._connected = connected
 
     @staticmethod
-    async def _dial(host, pid: str, info: PeerInfo) -> bool:
+    async def _dial(host, pid: str, info: PeerInfo) -> PeerInfo | None:
+        """Connect to a target within DIAL_TIMEOUT_S; the address that worked (as a PeerInfo), or None.
+
+        A /dns… target is resolved first and its addresses tried in turn: py-libp2p never sees the
+        name (its peerstore would keep it and dial it first, and fail)."""
         with trio.move_on_after(DIAL_TIMEOUT_S):
             try:
-                await host.connect(info)
-                return True
-            except Exception as exc:  # noqa: BLE001 — unreachable peers are normal
+                attempts = [info]
+                if _names_host(info):
+                    attempts = [PeerInfo(info.peer_id, [multiaddr.Multiaddr(a)]) for a in await resolve(str(info.addrs[0]))]
+                for attempt in attempts:
+                    try:
+                        await host.connect(attempt)
+                        return attempt
+                    except Exception as exc:  # noqa: BLE001 — unreachable peers are normal
+                        log.debug("dial %s at %s failed: %s", pid[:16], attempt.addrs, exc)
+            except Exception as exc:  # noqa: BLE001 — a name that does not resolve (now) is retried later
                 log.debug("dial %s failed: %s", pid[:16], exc)
-        return False
+        return None
 
     def _remember(self, info: PeerInfo) -> None:
         if info.addrs:
@@ -148,6 +165,10 @@ class Dialer:
             with self._lock:
                 self._dialled[pid] = f"{info.addrs[0]}/p2p/{pid}"
                 self._connected.add(pid)
+
+
+def _names_host(info: PeerInfo) -> bool:
+    return bool(info.addrs) and is_dns(str(info.addrs[0]))
 
 
 def pin_address(host, info: PeerInfo) -> None:
