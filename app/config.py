@@ -126,8 +126,10 @@ class SwarmSection(_Section):
     name: str = Field(default="main", min_length=1, max_length=64, pattern=r"^[a-z0-9_][a-z0-9_.-]*$")
     listen_host: str = "0.0.0.0"
     port: int = Field(default=38433, ge=0, le=65535)  # 0: any free port
-    # /ip4/…/tcp/…/p2p/<peer id> addresses: bootstrap nodes to join through, and static peers
-    # to stay connected to (also --peer). Peers met before are remembered across restarts.
+    # /ip4|ip6|dns|dns4|dns6/<host>/tcp/<port>/p2p/<peer id> addresses (any libp2p peer on TCP;
+    # names are resolved at each dial): bootstrap nodes and helpers to join through (`swarmling
+    # join` adds an invite's), and static peers to stay connected to (also --peer). Peers met
+    # before are remembered across restarts.
     bootstrap: tuple[str, ...] = ()
     peers: tuple[str, ...] = ()
     mdns: bool = True  # find and join nodes on the local network
@@ -141,7 +143,7 @@ class SwarmSection(_Section):
             if not PEER_ADDR.match(addr):
                 raise ValueError(
                     f"{addr!r} is not a peer address; expected /ip4/<host>/tcp/<port>/p2p/<peer id> "
-                    "(`swarmling id` on the other node prints it)"
+                    "or /dns4/<name>/tcp/<port>/p2p/<peer id> (`swarmling id` on the other node prints it)"
                 )
         return value
 
