@@ -76,8 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--adopt", action="store_true", help="keep the identity on this machine after moving the node here")
     _add_overrides(ident)
 
+    inv = sub.add_parser("invite", help="print a one-line invite to this swarm (its name and helpers' addresses)")
+    inv.add_argument("--helper", dest="helpers", action="append", default=[], metavar="MULTIADDR",
+                     help="also invite through this helper, /ip4|dns4/…/tcp/…/p2p/<peer id> (repeatable)")
+    inv.add_argument("--public-host", default="", metavar="IP|NAME",
+                     help="this machine's public IP or DNS name, when it is not on one of its interfaces "
+                          "(a forwarded port, a cloud VM)")
+    _add_overrides(inv)
+    jn = sub.add_parser("join", help="join the swarm of an invite: its name and helpers go into your config file")
+    jn.add_argument("invite", help="the line `swarmling invite` printed (swarmling:1:…)")
+    jn.add_argument("--replace", action="store_true", help="drop the helpers listed before instead of keeping them")
+
     doctor = sub.add_parser("doctor", help="show hardware, the backend it would use and why, model and paths")
     _add_overrides(doctor)
+
+    relay = sub.add_parser("relay", help="run a public helper (no model): bootstrap, relay and dial-back for nodes behind NAT")
+    relay.add_argument("--public-host", default="", metavar="IP",
+                       help="the address peers dial when it is not this machine's (a forwarded port on a home router)")
+    relay.add_argument("--every", type=_positive, default=60, metavar="S", help="print figures every S seconds (default 60)")
+    _add_overrides(relay)
 
     exp = sub.add_parser("experiment", help="does sharing help? N in-process nodes per local/external mix and seed")
     exp.add_argument("--nodes", type=_positive, default=4, help="nodes per configuration (default 4)")
@@ -104,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--device", default="cuda", help="cuda (default), or cpu with --tiny to check the command")
     gpu.add_argument("--tiny", action="store_true", help="a toy shape (for checking the command, not for timing)")
     gpu.add_argument("--rounds", type=_positive, default=3, help="steady calls to take the median of (default 3)")
+
+    bsw = sub.add_parser("bench-swarm", help="per-node swarm traffic at several swarm sizes: network-only nodes "
+                                             "(real libp2p on 127.0.0.1, synthetic bundles, no model)")
+    bsw.add_argument("--nodes", type=_node_counts, default=(8, 16, 32, 64), metavar="N[,N…]",
+                     help="swarm sizes, one after the other (default 8,16,32,64)")
+    bsw.add_argument("--rounds", type=_positive, default=3, help="measured rounds per size (default 3)")
+    bsw.add_argument("--warmup", type=int, default=8, help="rounds before measuring: shard levels settle (default 8)")
+    bsw.add_argument("--round-seconds", type=float, default=12.0, help="length of a round (default 12)")
+    bsw.add_argument("--dial", type=_positive, default=4, help="random peers each node dials (default 4)")
+    bsw.add_argument("--dir", type=Path, help="where the nodes keep identities and the results (default: a temp folder)")
 
     cfg = sub.add_parser("config", help="show the effective configuration, or all keys")
     cfg.add_argument("--keys", action="store_true", help="list every key with its default")
@@ -166,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         return _control(paths, args.command, getattr(args, "json", False))
     if args.command == "service":
         return _service(paths, args)
+    if args.command == "invite":
+        return _invite(config, paths, args.helpers, args.public_host)
+    if args.command == "join":
+        return _join(paths, config_file, args.invite, args.replace)
     _log_to_file(paths, config)
     if args.command == "doctor":
         from .doctor import doctor
@@ -173,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         return _guard(lambda: doctor(config, paths, config_file))
     if args.command == "id":
         return _guard(lambda: _identity(config, paths, new=args.new, adopt=args.adopt))
+    if args.command == "relay":
+        return _guard(lambda: _relay(config, paths, args.public_host, args.every))
     if args.command == "sim":
         from .sim import SimOptions, compare, simulate
 
@@ -185,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_gpu import bench_gpu
 
         return bench_gpu(args.device, args.tiny, args.rounds)
+    if args.command == "bench-swarm":
+        from .swarm_bench import BenchOptions, bench_swarm
+
+        return bench_swarm(BenchOptions(args.nodes, rounds=args.rounds, warmup=args.warmup,
+                                        round_s=args.round_seconds, dial=args.dial, directory=args.dir))
     if args.command == "experiment":
         from .experiment import ExperimentOptions, experiment_command, parse_mixes
 
@@ -291,6 +329,53 @@ def _config(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _invite(config: Config, paths, helpers: list[str], public_host: str) -> int:
+    from .invite import InviteError, make_invite
+
+    try:
+        text, invite, notes = make_invite(config, paths.data_dir, helpers, public_host)
+    except InviteError as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+    print(text)  # alone on stdout: `swarmling invite > invite.txt` holds just the invite
+    print(f"swarm {invite.swarm!r} through {len(invite.helpers)} helper(s):", file=sys.stderr)
+    for addr in invite.helpers:
+        print(f"  {addr}", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print("a volunteer joins with: swarmling join <the line above>", file=sys.stderr)
+    return 0
+
+
+def _join(paths, config_file: Path, text: str, replace: bool) -> int:
+    from .control import ControlError, send
+    from .invite import InviteError, decode_invite, join
+
+    try:
+        invite = decode_invite(text)
+        joined = join(config_file, invite, replace=replace)
+    except InviteError as exc:
+        print(f"swarmling: not joining: {exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"swarmling: not joining: {exc}", file=sys.stderr)
+        return 1
+    if not joined.changes:
+        print(f"already in swarm {invite.swarm!r} with these helpers: {config_file} is unchanged")
+        return 0
+    print(f"joined swarm {invite.swarm!r}; {config_file}:")
+    for line in joined.changes:
+        print(f"  {line}")
+    for key in joined.overridden:
+        print(f"note: {key} is still overridden by an environment variable (SWARMLING_{key.upper().replace('.', '__')})")
+    try:
+        send(paths.state_dir, "status", timeout_s=2.0)
+        print("the running node keeps its swarm until it restarts: stop it and start it again to join")
+    except ControlError:
+        pass
+    return 0
+
+
 def _identity(config: Config, paths, *, new: bool, adopt: bool) -> int:
     from .swarm.identity import IdentityError, load_or_create, new_identity
 
@@ -307,6 +392,32 @@ def _identity(config: Config, paths, *, new: bool, adopt: bool) -> int:
     for host in _listen_hosts(sw.listen_host):
         port = sw.port if sw.port else "<port chosen at start>"
         print(f"  /ip4/{host}/tcp/{port}/p2p/{identity.peer_id}")
+    return 0
+
+
+def _relay(config: Config, paths, public_host: str, every_s: float) -> int:
+    from .swarm.helper import Helper, HelperSettings
+    from .swarm.host import SwarmError
+    from .swarm.identity import IdentityError, load_or_create
+
+    paths.ensure()
+    sw = config.swarm
+    try:
+        helper = Helper(HelperSettings(sw.name, sw.listen_host, sw.port, (*sw.bootstrap, *sw.peers), public_host),
+                        load_or_create(paths.data_dir), paths.data_dir)
+        helper.start()
+    except (IdentityError, SwarmError, ValueError) as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+    print(f"helper for swarm {sw.name!r}: peer {helper.identity.peer_id}")
+    print("nodes join with `swarmling join <invite>` (`swarmling invite` prints one) or --set swarm.bootstrap=[...] with:")
+    for addr in helper.addresses():
+        print(f"  {addr}")
+    sys.stdout.flush()
+    try:
+        helper.run_until_stopped(every_s, say=lambda line: print(line, flush=True))
+    finally:
+        helper.stop()
     return 0
 
 

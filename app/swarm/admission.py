@@ -48,8 +48,9 @@ Rank = Callable[[str], tuple[bool, float]]  # peer -> (announced anything, deliv
 
 
 class ConnectionKeeper:
-    def __init__(self, protected: Callable[[str], bool], rank: Rank) -> None:
+    def __init__(self, protected: Callable[[str], bool], rank: Rank, keep_at_most: int = KEEP_AT_MOST) -> None:
         self._protected = protected
+        self._keep_at_most = keep_at_most
         self._rank = rank
         self._first_seen: dict[str, float] = {}  # connected peer -> when we first saw it connected
         self._banned: dict[str, float] = {}  # peer -> until when it is disconnected on sight
@@ -63,7 +64,7 @@ class ConnectionKeeper:
         free = [p for p in connected if not self._protected(p)]
         close = {p for p in free if p in self._banned}
         close |= {p for p in free if p not in subscribed and now - self._first_seen[p] >= SILENT_AFTER_S}
-        excess = len(connected) - len(close) - KEEP_AT_MOST
+        excess = len(connected) - len(close) - self._keep_at_most
         if excess > 0:
             ranked = sorted((p for p in free if p not in close),
                             key=lambda p: (*self._rank(p), -self._first_seen[p]))
@@ -79,7 +80,9 @@ class ConnectionKeeper:
             while True:
                 await trio.sleep(CHECK_INTERVAL_S)
                 connected = {p.to_base58() for p in host.get_connected_peers()}
-                subscribed = {p.to_base58() for p in pubsub.peer_topics.get(topic, ())}
+                # our swarm's announcement topic or any of its shards' (shards.py)
+                subscribed = {p.to_base58() for name, peers in list(pubsub.peer_topics.items())
+                              if name == topic or name.startswith(topic + "/") for p in peers}
                 for peer in self.to_close(connected, subscribed, trio.current_time()):
                     log.debug("disconnecting %s (silent, or the least useful while connections run short)", peer[:16])
                     await self._disconnect(host, peer)

@@ -8,14 +8,17 @@ it: a node asks the author directly, on the swarm's bundle protocol. Framing:
 
 Every wait has a deadline sized to what it waits for, so a peer can hold a slot only as long as it
 keeps delivering:
-- fetching: dialling an unconnected author has its own slots (MAX_DIALING) and a short deadline
-  (DIAL_TIMEOUT_S), and an author that could not be dialled is not tried again for a while
+- fetching: a connection that exists (either direction) is used; else dialling the author has its
+  own slots (MAX_DIALING) and a short deadline per address (DIAL_TIMEOUT_S), in the author's
+  order (public address, else its relay slots: relay.py), and an author that could not be
+  dialled is not tried again for a while
   (`DialCooldown`): unreachable authors never hold the transfer slots (MAX_FETCHING) that
   reachable ones need. A transfer must start within FIRST_BYTE_S and keep at least MIN_RATE_BPS
   (and end within the fetch timeout); one transfer per author at a time.
 - serving: a request must arrive within REQUEST_TIMEOUT_S, a peer gets at most
   MAX_SERVING_PER_PEER of the MAX_SERVING upload slots, a stream waits at most SERVE_QUEUE_S for
   one, and the reply must leave at MIN_RATE_BPS: streams that never ask, or read slowly, are reset.
+  Uploads over a helper's relay are bounded per minute (RELAYED_SERVES) on top of that.
 Every fetch asked for gets an outcome (`FetchDone`), even one cut short by the host stopping.
 """
 
@@ -25,7 +28,7 @@ import logging
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 from libp2p.custom_types import TProtocol
@@ -33,6 +36,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
 from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr, pin_address
+from .relay import is_circuit
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -42,6 +46,10 @@ SERVE_QUEUE_S = 2.0  # longest a request waits for an upload slot before its str
 REQUEST_TIMEOUT_S = 3.0  # a stream that has not asked for anything by then is reset
 MAX_FETCHING = 4  # transfers in flight at once
 MAX_DIALING = 2  # dials to unconnected authors at once, apart from the transfers
+MAX_DIAL_ATTEMPTS = 3  # announced addresses tried per fetch (public or relayed first, by the author)
+# Uploads through a helper's relay cost the helper's bandwidth too: at most this many per window
+# (a round is about a minute on a CPU node), whoever asks.
+RELAYED_SERVES, RELAYED_WINDOW_S = 16, 60.0
 FIRST_BYTE_S = 5.0  # the reply header must arrive (or leave) within this
 MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peers are cut off
 REQUEST_LINE_LIMIT = 80
@@ -68,6 +76,7 @@ class BundleExchange:
         latencies_s: deque[float],
         keeps_connection: Callable[[str], bool],
         cooldown: DialCooldown,
+        dial_circuit: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._host = host
         self._protocol = protocol
@@ -77,6 +86,8 @@ class BundleExchange:
         self._latencies_s = latencies_s  # successful fetches' durations are appended here
         self._keeps_connection = keeps_connection  # peer id -> is it a dial target
         self._cooldown = cooldown  # authors we could not dial lately
+        self._dial_circuit = dial_circuit  # connects through a helper's relay (relay.py); None on helpers
+        self.relayed_serves = RelayedServes()
         self._fetch_limit = trio.Semaphore(MAX_FETCHING)
         self._dial_limit = trio.Semaphore(MAX_DIALING)
         self._serve_limit = trio.Semaphore(MAX_SERVING)
@@ -137,29 +148,46 @@ class BundleExchange:
                         log.debug("closing the fetch connection to %s: %s", peer[:16], exc)
 
     async def _dial(self, peer: str, pid: ID, addrs) -> str:
-        """Connect to an author for a fetch; "" once connected, else why not (and it cools down)."""
+        """Connect to an author for a fetch; "" once connected, else why not (and it cools down).
+
+        The announced addresses are tried in the author's order, which puts the one peers can
+        reach first (a public address a helper confirmed, else its slots on helpers' relays), at
+        most MAX_DIAL_ATTEMPTS of them and each within DIAL_TIMEOUT_S."""
         if self._cooldown.blocked(peer):
             return COOLING
-        infos = [i for i in (_peer_info_or_none(a) for a in addrs) if i and i.peer_id == pid]
-        if not infos:
+        attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid]
+        if self._dial_circuit is None:
+            attempts = [a for a in attempts if not is_circuit(a)]
+        if not attempts:
             return "not connected and no address announced"
+        why = ""
         async with self._dial_limit:
-            with trio.move_on_after(DIAL_TIMEOUT_S):
-                try:
-                    await self._host.connect(infos[0])
+            for addr in attempts[:MAX_DIAL_ATTEMPTS]:
+                why = await self._dial_one(addr)
+                if not why:
                     self._cooldown.succeeded(peer)
-                    pin_address(self._host, infos[0])
                     return ""
-                except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
-                    self._cooldown.failed(peer)
-                    return f"dial failed: {type(exc).__name__}: {exc}"[:200]
         self._cooldown.failed(peer)
+        return why
+
+    async def _dial_one(self, addr: str) -> str:
+        with trio.move_on_after(DIAL_TIMEOUT_S):
+            try:
+                if is_circuit(addr):
+                    await self._dial_circuit(addr)
+                else:
+                    info = parse_peer_addr(addr)
+                    await self._host.connect(info)
+                    pin_address(self._host, info)
+                return ""
+            except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
+                return f"dial failed: {type(exc).__name__}: {exc}"[:200]
         return f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
 
     async def serve(self, stream) -> None:
         """The protocol's stream handler: answer one request within its deadlines, then close."""
         peer = _remote_peer(stream)
-        if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER:
+        if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER or (_is_relayed(stream) and not self.relayed_serves.take()):
             await _reset_quietly(stream)
             return
         self._serving[peer] = self._serving.get(peer, 0) + 1
@@ -212,6 +240,32 @@ async def _reset_quietly(stream) -> None:
         await stream.reset()
     except Exception:  # noqa: BLE001 — already closed or gone
         pass
+
+
+class RelayedServes:
+    """A sliding window of uploads over relayed connections (trio side only)."""
+
+    def __init__(self, limit: int = RELAYED_SERVES, window_s: float = RELAYED_WINDOW_S, clock=time.monotonic) -> None:
+        self._limit, self._window_s, self._clock = limit, window_s, clock
+        self._times: deque[float] = deque()
+        self.refused = 0
+
+    def take(self) -> bool:
+        now = self._clock()
+        while self._times and now - self._times[0] > self._window_s:
+            self._times.popleft()
+        if len(self._times) >= self._limit:
+            self.refused += 1
+            return False
+        self._times.append(now)
+        return True
+
+
+def _is_relayed(stream) -> bool:
+    try:
+        return any(is_circuit(str(a)) for a in stream.muxed_conn.get_transport_addresses())
+    except Exception:  # noqa: BLE001 — unknown: treat as direct
+        return False
 
 
 def _remote_peer(stream) -> str:

@@ -1,0 +1,124 @@
+"""`swarmling relay`: a public helper without a model, so volunteers behind home routers meet.
+
+A community starts a swarm with one helper on any machine peers can dial (a small VPS, a Pi with
+a forwarded port). It is:
+- the bootstrap peer every volunteer dials first (`swarmling invite` prints its address);
+- a GossipSub router that validates announcements as every node does (board.py) before it
+  relays them, so it never spreads junk, and whose relaying is how nodes hear each other: knowing
+  one helper is enough to hear the whole swarm, and each announcement carries its author's
+  reachable addresses (peer exchange rides on the announcements);
+- a circuit-relay-v2 hop with bounded slots and circuits (relay.py) for nodes that cannot be
+  dialled, and a dial-back service that tells each node whether it can (reachability.py).
+It keeps no bundles: relaying a fetch costs the helper the bundle twice (in and out) but no
+memory, and a bundle is kilobytes (the closing figures are in README's swarm section).
+
+Every FIGURES_EVERY_S it prints one line of figures (peers, slots, circuits, bytes relayed, wire
+bytes, RSS, CPU) and writes them to `relay.json` in its data folder for monitoring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from .board import Board
+from .host import HostSettings, SwarmHost
+from .identity import Identity
+from .wire import PROTOCOL_VERSION
+
+FIGURES_EVERY_S = 60.0
+
+
+@dataclass(frozen=True)
+class HelperSettings:
+    swarm: str
+    listen_host: str
+    port: int
+    dial: tuple[str, ...] = ()  # other helpers: a swarm may have several
+    public_host: str = ""  # the address peers dial, when it is not one of this machine's interfaces
+
+
+class Helper:
+    """The helper's host and its figures; `run_until_stopped` is the command's loop."""
+
+    def __init__(self, settings: HelperSettings, identity: Identity, data_dir: Path) -> None:
+        self.settings = settings
+        self.identity = identity
+        self.figures_file = data_dir / "relay.json"
+        self.board = Board(settings.swarm, identity.peer_id)
+        self.host = SwarmHost(
+            HostSettings(settings.swarm, PROTOCOL_VERSION, settings.listen_host, settings.port, settings.dial,
+                         named=len(settings.dial), helper=True),
+            identity.key_pair,
+            gossip_validator=self.board.offer,
+            serve_bundle=lambda digest: None,  # keeps none: see the module's docstring
+            on_fetched=lambda *outcome: None,
+        )
+        self._process = psutil.Process()
+        self._cpu_mark = (time.monotonic(), self._cpu_seconds())
+
+    def start(self) -> None:
+        self.host.start()
+
+    def stop(self) -> None:
+        self.host.stop()
+
+    def addresses(self) -> list[str]:
+        """Where peers dial this helper: the public host if given, else its interface addresses."""
+        if self.settings.public_host:
+            port = self.host.listen_addrs[0].split("/tcp/")[1].split("/")[0] if self.host.listen_addrs else self.settings.port
+            return [f"/ip4/{self.settings.public_host}/tcp/{port}/p2p/{self.identity.peer_id}"]
+        return list(self.host.listen_addrs)
+
+    def figures(self) -> dict:
+        """What the helper carries now; cpu_percent is since the previous call (of one core)."""
+        now, cpu = time.monotonic(), self._cpu_seconds()
+        then, cpu_then = self._cpu_mark
+        self._cpu_mark = (now, cpu)
+        bytes_in, bytes_out = self.host.counters.snapshot()
+        return {
+            "peers": len(self.host.connected_peers()),
+            "peers_heard": self.board.peers_heard(),
+            "announcements": self.board.received,
+            **self.host.relay_figures(),
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "rss_mb": round(self._process.memory_info().rss / 2**20, 1),
+            "cpu_percent": round(100.0 * (cpu - cpu_then) / max(now - then, 1e-6), 1),
+            "restarts": self.host.health().restarts,
+        }
+
+    def write_figures(self, figures: dict) -> None:
+        tmp = self.figures_file.with_name(f".{self.figures_file.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"at": time.time(), **figures}), encoding="utf-8")
+            os.replace(tmp, self.figures_file)
+        except OSError:
+            pass  # figures are a convenience: a full disk must not stop the helper
+
+    def run_until_stopped(self, every_s: float = FIGURES_EVERY_S, say=print) -> None:
+        stopping = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stopping.set())
+        while not stopping.wait(every_s):
+            figures = self.figures()
+            self.write_figures(figures)
+            say(describe(figures))
+
+    def _cpu_seconds(self) -> float:
+        times = self._process.cpu_times()
+        return times.user + times.system
+
+
+def describe(f: dict) -> str:
+    return (f"peers {f['peers']} (heard {f['peers_heard']}) · slots {f['reservations']} · circuits {f['circuits']} · "
+            f"relayed {f['relayed_bytes'] / 2**20:.2f} MiB · wire in/out {f['bytes_in'] / 2**20:.1f}/"
+            f"{f['bytes_out'] / 2**20:.1f} MiB · dial-backs {f['dialbacks']} · RSS {f['rss_mb']:.0f} MB · "
+            f"CPU {f['cpu_percent']:.1f}%")

@@ -1,0 +1,103 @@
+"""A swarm peer for the namespace lab, steered over stdin, answering in JSON lines.
+
+    python tests/lab_peer.py helper HOME PORT            a `swarmling relay` helper (app/swarm/helper.py)
+    python tests/lab_peer.py node HOME PORT BOOTSTRAP    a real SwarmNetwork, no model: it shares
+                                                         bundles of real task groups on request
+
+Commands (one per line) and the JSON line each answers with, `{"cmd": ..., ...}`:
+    state      reachability, announced addresses, peers, fetched bundles, recent fetch failures
+               (a helper: its relay figures)
+    share N    (node) share a bundle of real groups as round N
+    fetch      (node) plan fetches of everything announced, as a round does
+The first line printed is `{"ready": ..., "peer_id": ..., "addrs": [...]}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from swarm_peers import SWARM, bundle_and_announcement, real_groups  # noqa: E402
+
+from swarmling.app.swarm.helper import Helper, HelperSettings  # noqa: E402
+from swarmling.app.swarm.identity import load_or_create  # noqa: E402
+from swarmling.app.swarm.inbox import Inbox  # noqa: E402
+from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings  # noqa: E402
+from swarmling.app.swarm.pool import GroupPool  # noqa: E402
+from swarmling.app.swarm.wire import digest  # noqa: E402
+
+
+def say(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def share(network: SwarmNetwork, round_no: int) -> int:
+    """What `SwarmNetwork.share` does with a round's groups, with real task groups and no model."""
+    body, ann = bundle_and_announcement(network.peer_id, real_groups(2), round_no, addrs=network.host.announce_addrs())
+    with network._own_lock:
+        network._own[digest(body)] = body
+    network.host.publish(ann)
+    return len(body)
+
+
+def dial_author(network: SwarmNetwork, addr: str) -> dict:
+    import time
+
+    import trio
+
+    async def go() -> dict:
+        started = time.monotonic()
+        why = await network.host._bundles._dial_one(addr)
+        return {"ok": not why, "why": why, "s": round(time.monotonic() - started, 3)}
+
+    return trio.from_thread.run(go, trio_token=network.host._trio._token)
+
+
+def main(kind: str, home: str, port: int, bootstrap: str = "") -> None:
+    identity = load_or_create(Path(home))
+    if kind == "helper":
+        helper = Helper(HelperSettings(SWARM, "0.0.0.0", port), identity, Path(home))
+        helper.start()
+        say(ready=True, peer_id=identity.peer_id, addrs=helper.addresses())
+        for line in sys.stdin:
+            if line.split()[:1] == ["state"]:
+                say(cmd="state", **helper.figures())
+        helper.stop()
+        return
+    dial = (bootstrap,) if bootstrap else ()
+    network = SwarmNetwork(SwarmSettings(SWARM, "0.0.0.0", port, dial, (), False, 256 * 1024),
+                           identity, Inbox(GroupPool()), Path(home), "smollm2-135m")
+    network.start()
+    say(ready=True, peer_id=identity.peer_id, addrs=network.listen_addrs)
+    rng = np.random.default_rng(0)
+    for line in sys.stdin:
+        cmd, *args = line.split() or [""]
+        if cmd == "state":
+            reach = network.host.reachability()
+            stats = network.round_stats()
+            say(cmd=cmd, state=reach.state, describe=reach.describe(), announce=network.host.announce_addrs(),
+                peers=network.host.connected_peers(), fetched=network._fetched, failures=stats["fetch_failures"],
+                heard=network.board.peers_heard(), bytes_in=stats["bytes_in"], bundle_bytes_in=stats["bundle_bytes_in"])
+        elif cmd == "share":
+            size = share(network, int(args[0]))
+            say(cmd=cmd, size=size)
+        elif cmd == "fetch":
+            say(cmd=cmd, planned=network.plan_fetches(rng))
+        elif cmd == "dial":  # dial ADDR: as a fetch dials an author, reporting seconds or the error
+            say(cmd=cmd, **dial_author(network, args[0]))
+    network.stop()
+
+
+if __name__ == "__main__":
+    if os.environ.get("LAB_DEBUG"):  # py-libp2p's own account, on stderr (the lab collects it)
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+        for noisy in ("libp2p.pubsub", "multiaddr", "libp2p.host.ping"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])
