@@ -127,8 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     bsw.add_argument("--nodes", type=_node_counts, default=(8, 16, 32, 64), metavar="N[,N…]",
                      help="swarm sizes, one after the other (default 8,16,32,64)")
     bsw.add_argument("--rounds", type=_positive, default=3, help="measured rounds per size (default 3)")
-    bsw.add_argument("--warmup", type=int, default=8, help="rounds before measuring: shard levels settle (default 8)")
-    bsw.add_argument("--round-seconds", type=float, default=12.0, help="length of a round (default 12)")
+    bsw.add_argument("--warmup", type=int, default=7, help="rounds before measuring: shard levels settle (default 7)")
+    bsw.add_argument("--round-seconds", type=float, default=0.0,
+                     help="length of a round (default: 15 s, or 0.75 s per node when more)")
     bsw.add_argument("--dial", type=_positive, default=4, help="random peers each node dials (default 4)")
     bsw.add_argument("--dir", type=Path, help="where the nodes keep identities and the results (default: a temp folder)")
 
@@ -295,6 +296,8 @@ def _control(paths, cmd: str, as_json: bool) -> int:
         print(f"learnt   {status['swarm_share']:.0%} from the swarm (peers' groups' share of the advantage mass, "
               "last 10 rounds)")
     host = status.get("swarm_host")
+    if host and host.get("reachability_text"):
+        print(f"reach    {host['reachability_text']}")
     if host and (host["restarts"] or not host["running"]):
         state = "running" if host["running"] else "restarting"
         print(f"swarm    host {state}, restarted {host['restarts']}x (last failure: {host['last_error'] or '-'})")

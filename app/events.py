@@ -110,6 +110,9 @@ class SwarmUpdated:
     bytes_out: int = 0
     host_restarts: int = 0  # the supervised libp2p host, restarted after a failure
     host_error: str = ""  # why it last failed
+    # Whether peers can dial this node (swarm/reachability.py): the state, and what it means.
+    reachability: str = ""  # "direct", "relayed", "unreachable", "unknown"
+    reachability_text: str = ""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     announce_latency_s_p50: float | None = None
     fetches_pending: int = 0  # fetches asked for and not finished when the round ended
     host_restarts: int = 0  # times the supervised libp2p host was restarted since the node started
+    # Whether peers could dial this node (swarm/reachability.py): direct, relayed, unreachable, unknown.
+    reachability: str = ""
+    shards: int = 1  # announcement shards (topics) this node's estimate of the swarm's size chose (swarm/shards.py)
 
 
 SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)

@@ -5,7 +5,7 @@
                                                          bundles of real task groups on request
 
 Commands (one per line) and the JSON line each answers with, `{"cmd": ..., ...}`:
-    state      reachability, announced addresses, peers, fetched bundles, recent fetch failures
+    state      reachability, announced addresses, peers, fetched bundles, bytes and fetch failures since the start
                (a helper: its relay figures)
     share N    (node) share a bundle of real groups as round N
     fetch      (node) plan fetches of everything announced, as a round does
@@ -35,7 +35,9 @@ from swarmling.app.swarm.wire import digest  # noqa: E402
 
 
 def say(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+    # One write per line: stderr shares the pipe, and a log line must not land inside an answer.
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
 
 
 def share(network: SwarmNetwork, round_no: int) -> int:
@@ -77,14 +79,18 @@ def main(kind: str, home: str, port: int, bootstrap: str = "") -> None:
     network.start()
     say(ready=True, peer_id=identity.peer_id, addrs=network.listen_addrs)
     rng = np.random.default_rng(0)
+    totals = {"bytes_in": 0, "bundle_bytes_in": 0, "failures": []}
     for line in sys.stdin:
         cmd, *args = line.split() or [""]
         if cmd == "state":
             reach = network.host.reachability()
-            stats = network.round_stats()
+            stats = network.round_stats()  # per-round figures: summed here since the start
+            for key in ("bytes_in", "bundle_bytes_in"):
+                totals[key] += stats[key]
+            totals["failures"] += stats["fetch_failures"]
             say(cmd=cmd, state=reach.state, describe=reach.describe(), announce=network.host.announce_addrs(),
-                peers=network.host.connected_peers(), fetched=network._fetched, failures=stats["fetch_failures"],
-                heard=network.board.peers_heard(), bytes_in=stats["bytes_in"], bundle_bytes_in=stats["bundle_bytes_in"])
+                peers=network.host.connected_peers(), fetched=network._fetched, heard=network.board.peers_heard(),
+                **totals)
         elif cmd == "share":
             size = share(network, int(args[0]))
             say(cmd=cmd, size=size)
@@ -100,4 +106,6 @@ if __name__ == "__main__":
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
         for noisy in ("libp2p.pubsub", "multiaddr", "libp2p.host.ping"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    else:  # as `swarmling run` does: py-libp2p logs every departed peer's failure
+        logging.getLogger("libp2p").setLevel(logging.CRITICAL)
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from swarmling.app.events import Notice, SwarmUpdated
 from swarmling.app.swarm.facade import OfflineSwarm, OnlineSwarm
+from swarmling.app.swarm.reachability import Reachability
 from swarmling.app.swarm.supervision import HostHealth
 
 
@@ -21,6 +22,13 @@ class StandInNetwork:
 
     def health(self) -> HostHealth:
         return HostHealth(running=True, restarts=self.restarts, last_error=self.last_error)
+
+    def reachability(self) -> Reachability:
+        return Reachability("relayed", relay_addrs=(f"/ip4/198.18.0.10/tcp/1/p2p/12D3KooWHelper/p2p-circuit/p2p/{self.peer_id}",),
+                            helpers=("12D3KooWHelper",))
+
+    def announce_addrs(self) -> list[str]:
+        return [*self.reachability().relay_addrs, *self.listen_addrs]
 
     def totals(self):
         return 10, 20
@@ -58,9 +66,18 @@ def test_a_restarted_host_is_told_once_and_shows_in_status_and_the_swarm_view():
     assert len(warnings) == 1 and "restarted (1 so far): DecodeError" in warnings[0]
     last = [e for e in events if isinstance(e, SwarmUpdated)][-1]
     assert (last.host_restarts, last.host_error) == (1, "DecodeError: Error parsing message")
-    assert swarm.health() == {"running": True, "restarts": 1, "last_error": "DecodeError: Error parsing message"}
+    assert swarm.health() == {"running": True, "restarts": 1, "last_error": "DecodeError: Error parsing message",
+                              "reachability": "relayed", "reachability_text": "through relay oWHelper"}
     _, stats = swarm.finish_round([], [])
     assert stats.host_restarts == 1 and stats.peers == 0
+
+
+def test_the_swarm_view_shows_where_peers_reach_us():
+    events, network = [], StandInNetwork()
+    OnlineSwarm(events.append, network, OfflineSwarm(lambda e: None).inbox).announce_state()
+    update = [e for e in events if isinstance(e, SwarmUpdated)][-1]
+    assert update.reachability == "relayed" and update.reachability_text == "through relay oWHelper"
+    assert update.listen_addrs[0].endswith(f"/p2p-circuit/p2p/{network.peer_id}")  # "dial me at": the relayed one
 
 
 def test_sharing_goes_to_the_network():

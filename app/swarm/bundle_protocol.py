@@ -54,6 +54,7 @@ FIRST_BYTE_S = 5.0  # the reply header must arrive (or leave) within this
 MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peers are cut off
 REQUEST_LINE_LIMIT = 80
 CLOSE_TIMEOUT_S = 2.0  # closing a connection made only for one fetch
+IDLE_CLOSE_S = 10.0  # a connection made only for fetches is closed after this long without one
 ABANDONED = "not fetched: the swarm host stopped first"
 IN_FLIGHT = "a fetch from this peer is already in flight"
 COOLING = "could not be dialled lately: not tried again yet"
@@ -92,11 +93,13 @@ class BundleExchange:
         self._dial_limit = trio.Semaphore(MAX_DIALING)
         self._serve_limit = trio.Semaphore(MAX_SERVING)
         self._fetching: set[str] = set()  # authors with a fetch in flight
+        self._transient: dict[str, float] = {}  # peers connected only for fetches -> last bundle activity
         self._serving: dict[str, int] = {}  # peer -> uploads in flight or waiting
 
     async def fetch_each(self, requests: trio.MemoryReceiveChannel) -> None:
         """Fetch every (peer, digest, max_bytes, addrs) that arrives, concurrently."""
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.close_idle)
             async for peer, digest, max_bytes, addrs in requests:
                 nursery.start_soon(self.fetch, peer, digest, max_bytes, addrs)
 
@@ -123,7 +126,7 @@ class BundleExchange:
                 failed = await self._dial(peer, pid, addrs)
                 if failed:
                     return None, failed
-                # A connection made only for this fetch is closed after it: every open
+                # A connection made only for fetches is closed once idle (close_idle): every open
                 # connection carries gossip control traffic, so keeping them would make a
                 # node's traffic grow with the number of peers it ever fetched from.
                 transient = not self._keeps_connection(peer)
@@ -141,11 +144,7 @@ class BundleExchange:
         finally:
             self._fetching.discard(peer)
             if transient:
-                with trio.move_on_after(CLOSE_TIMEOUT_S):
-                    try:
-                        await self._host.disconnect(ID.from_base58(peer))
-                    except Exception as exc:  # noqa: BLE001 — already gone is fine
-                        log.debug("closing the fetch connection to %s: %s", peer[:16], exc)
+                self._transient[peer] = time.monotonic()  # closed once idle: close_idle()
 
     async def _dial(self, peer: str, pid: ID, addrs) -> str:
         """Connect to an author for a fetch; "" once connected, else why not (and it cools down).
@@ -184,9 +183,33 @@ class BundleExchange:
                 return f"dial failed: {type(exc).__name__}: {exc}"[:200]
         return f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
 
+    async def close_idle(self) -> None:
+        """Close connections made only for fetches once no bundle has crossed them for IDLE_CLOSE_S.
+
+        Not at once: two nodes fetch from each other in the same round, and the second may be
+        using (or about to use) the connection the first made; closing it cut that fetch short."""
+        while True:
+            await trio.sleep(1.0)
+            now = time.monotonic()
+            for peer, last in list(self._transient.items()):
+                busy = peer in self._fetching or self._serving.get(peer, 0)
+                if busy:
+                    self._transient[peer] = now
+                elif now - last > IDLE_CLOSE_S:
+                    del self._transient[peer]
+                    if self._keeps_connection(peer):
+                        continue
+                    with trio.move_on_after(CLOSE_TIMEOUT_S):
+                        try:
+                            await self._host.disconnect(ID.from_base58(peer))
+                        except Exception as exc:  # noqa: BLE001 — already gone is fine
+                            log.debug("closing the fetch connection to %s: %s", peer[:16], exc)
+
     async def serve(self, stream) -> None:
         """The protocol's stream handler: answer one request within its deadlines, then close."""
         peer = _remote_peer(stream)
+        if peer in self._transient:
+            self._transient[peer] = time.monotonic()
         if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER or (_is_relayed(stream) and not self.relayed_serves.take()):
             await _reset_quietly(stream)
             return

@@ -142,12 +142,15 @@ class OnlineSwarm(OfflineSwarm):
             self._restarts_told = health.restarts
             self.emit(Notice("warning", f"the swarm host failed and was restarted ({health.restarts} so far): "
                                         f"{health.last_error}"))
-        self.emit(SwarmUpdated(self.peer_id, tuple(self.listen_addrs), peers, bytes_in, bytes_out,
-                               health.restarts, health.last_error))
+        reach = self.network.reachability()
+        self.emit(SwarmUpdated(self.peer_id, tuple(self.network.announce_addrs()), peers, bytes_in, bytes_out,
+                               health.restarts, health.last_error, reach.state, reach.describe()))
 
     def health(self) -> dict:
         h = self.network.health()
-        return {"running": h.running, "restarts": h.restarts, "last_error": h.last_error}
+        reach = self.network.reachability()
+        return {"running": h.running, "restarts": h.restarts, "last_error": h.last_error,
+                "reachability": reach.state, "reachability_text": reach.describe()}
 
     def stop(self) -> None:
         self.network.stop()

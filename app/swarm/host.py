@@ -53,13 +53,16 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from .addresses import dialable_addrs, interface_hosts, is_loopback
-from .admission import ConnectionKeeper, Rank, free_inbound_slots_on_close
+from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
 from .bundle_protocol import ABANDONED, BundleExchange, BundleSource, FetchDone
 from .counting_transport import Counters, CountingTCP
 from .dialer import DialCooldown, Dialer, parse_peer_addr
 from .identity import peer_id_of
 from .peerstore import DialablePeerstore
 from .pubsub_guard import GuardedPubsub
+from .shard_topics import ShardTopics
+from .reachability import DialBackServer, Reachability, ReachabilityBoard, dialback_protocol, keep_reachable
+from .relay import HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, is_circuit
 from .supervision import HealthBoard, HostHealth, RestartBackoff, describe
 from .trio_bridge import TrioThread
 
@@ -76,6 +79,10 @@ GOSSIPSUB_PROTOCOL = TProtocol("/meshsub/1.1.0")
 # it never closes a connection with a stream open, and every pubsub peer has one.
 CONNECTIONS = ConnectionConfig(max_connections=96, high_watermark=96, low_watermark=0, min_connections=0,
                                max_connections_per_peer=2)
+# A helper is every node's first contact: it keeps more, and never drops a node holding a relay slot.
+HELPER_CONNECTIONS = ConnectionConfig(max_connections=256, high_watermark=256, low_watermark=0, min_connections=0,
+                                      max_connections_per_peer=2)
+HELPER_KEEPS = 224
 PUBLISH_QUEUE, FETCH_QUEUE = 64, 256  # items waiting for the trio thread; more are dropped
 PUBLISH_WAIT_S = 10.0  # longest a publish waits for peers' queues to drain
 
@@ -95,6 +102,9 @@ class HostSettings:
     mdns: bool = False
     publish_interval_s: float = 0.05
     fetch_timeout_s: float = 20.0  # a bundle is ≤ 512 KiB: a peer slower than this is as good as gone
+    # A helper (`swarmling relay`): relays circuits for nodes behind NAT and dials them back to say
+    # whether they are reachable, instead of reserving slots itself.
+    helper: bool = False
 
     @property
     def topic(self) -> str:
@@ -103,6 +113,10 @@ class HostSettings:
     @property
     def fetch_protocol(self) -> TProtocol:
         return TProtocol(f"/swarmling/{self.swarm}/{self.version}/bundle")
+
+    @property
+    def dialback_protocol(self) -> TProtocol:
+        return dialback_protocol(self.swarm, self.version)
 
 
 def _score_params(app_score: Callable[[ID], float]) -> ScoreParams:
@@ -152,10 +166,16 @@ class SwarmHost:
         self._trio = TrioThread("swarmling-libp2p", self._main)
         self._dialer = Dialer(self.peer_id)
         self.cooldown = DialCooldown()  # bundle authors we could not dial lately
-        self._keeper = ConnectionKeeper(lambda peer: self._dialer.is_target(peer) or keeps_peer(peer), peer_rank)
+        self._keeper = ConnectionKeeper(
+            lambda peer: self._dialer.is_target(peer) or keeps_peer(peer) or self._holds_slot(peer), peer_rank,
+            keep_at_most=HELPER_KEEPS if settings.helper else KEEP_AT_MOST)
         self._publish_send: trio.MemorySendChannel | None = None
         self._fetch_send: trio.MemorySendChannel | None = None
         self._health = HealthBoard()
+        self.shards = ShardTopics(settings.topic, self.peer_id, self._gossip_validator)  # announcement topics (shards.py)
+        self._reachability = ReachabilityBoard()
+        self._relay: CountingRelay | None = None
+        self._dialback: DialBackServer | None = None
         self._bound_port = 0  # the port the first start got (settings may say 0): restarts keep it
 
     # ---- thread-safe API ---------------------------------------------------------------------
@@ -187,6 +207,27 @@ class SwarmHost:
     def health(self) -> HostHealth:
         """Whether the host runs now, how often it was restarted, and the last failure's cause."""
         return self._health.snapshot()
+
+    def reachability(self) -> Reachability:
+        """Whether peers can dial us: directly, through a helper's relay, or not (reachability.py)."""
+        return self._reachability.get()
+
+    def announce_addrs(self) -> list[str]:
+        """Where peers should reach us, best first: the public address a helper dialled us at, else
+        our slots on helpers, then the interface addresses (peers on the same network)."""
+        now = self._reachability.get()
+        first = [now.public_addr] if now.state == "direct" else list(now.relay_addrs) if now.state == "relayed" else []
+        return list(dict.fromkeys([*first, *self.listen_addrs]))
+
+    def relay_figures(self) -> dict:
+        """A helper's relay: slots held, circuits open, bytes copied, dial-backs answered."""
+        relay, dialback = self._relay, self._dialback
+        return {
+            "reservations": relay.reservations() if relay else 0,
+            "circuits": relay.circuits() if relay else 0,
+            "relayed_bytes": relay.relayed_bytes if relay else 0,
+            "dialbacks": dialback.answered if dialback else 0,
+        }
 
     # ---- the trio side -----------------------------------------------------------------------
     async def _main(self) -> None:
@@ -230,10 +271,15 @@ class SwarmHost:
             listen_addrs=[listen],
             transports=[CountingTCP(self.counters)],
             enable_mDNS=s.mdns,
-            connection_config=CONNECTIONS,
+            connection_config=HELPER_CONNECTIONS if s.helper else CONNECTIONS,
         )
         self._host = host
         free_inbound_slots_on_close(host.get_network())
+        relay = CountingRelay(host, HELPER_LIMITS if s.helper else NODE_LIMITS, allow_hop=s.helper)
+        if self._relay is not None:  # a restarted host: the figures carry on
+            relay.relayed_bytes = self._relay.relayed_bytes
+        self._relay = relay
+        relay_client = None if s.helper else RelayClient(host, relay)
         gossipsub = GossipSub(
             protocols=[GOSSIPSUB_PROTOCOL],
             degree=6,
@@ -246,10 +292,9 @@ class SwarmHost:
         )
         pubsub = GuardedPubsub(host, gossipsub, strict_signing=True)
         self._pubsub = pubsub
-        pubsub.set_topic_validator(s.topic, self._gossip_validator, False)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
                                        self.fetch_latency_s, keeps_connection=self._dialer.is_target,
-                                       cooldown=self.cooldown)
+                                       cooldown=self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
@@ -257,20 +302,27 @@ class SwarmHost:
         try:
             async with host.run(listen_addrs=[listen]), trio.open_nursery() as nursery:
                 host.set_stream_handler(s.fetch_protocol, self._serve_stream)
-                async with background_trio_service(pubsub), background_trio_service(gossipsub):
+                if s.helper:
+                    self._dialback = DialBackServer(host, answered=self._dialback.answered if self._dialback else 0)
+                    host.set_stream_handler(s.dialback_protocol, self._dialback.serve)
+                async with (background_trio_service(pubsub), background_trio_service(gossipsub),
+                            background_trio_service(relay)):
                     await pubsub.wait_until_ready()
-                    subscription = await pubsub.subscribe(s.topic)
+                    await self.shards.apply(host, pubsub, nursery)  # subscribes, with the validator
                     self.listen_addrs = dialable_addrs([str(a) for a in host.get_addrs()], self.peer_id)
                     self._bound_port = _tcp_port(self.listen_addrs) or port
                     if not self._trio.is_ready:
                         self._publish_send, self._fetch_send = senders
                         self._trio.ready()
                     self._health.up()
-                    nursery.start_soon(self._drain_subscription, subscription)
+                    nursery.start_soon(self.shards.run, host, pubsub, nursery)
                     nursery.start_soon(self._publish_loop, publish_recv)
                     nursery.start_soon(self._bundles.fetch_each, fetch_recv)
                     nursery.start_soon(self._dialer.run, host)
                     nursery.start_soon(self._keeper.run, host, pubsub, s.topic)
+                    if relay_client is not None:
+                        nursery.start_soon(keep_reachable, host, relay_client, self._reachability,
+                                           s.dialback_protocol, self.peer_id, self._bound_port, self._dialled_by_id)
                     await self._trio.until_stopped()
                     nursery.cancel_scope.cancel()
         finally:
@@ -279,6 +331,14 @@ class SwarmHost:
                 from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
                 peerDiscovery.unregister_peer_discovered_handler(self._dialer.discovered)
+
+    def _holds_slot(self, peer: str) -> bool:
+        relay = self._relay
+        return relay is not None and relay.holds_slot(peer)
+
+    def _dialled_by_id(self) -> dict[str, str]:
+        """Connected peers we dialled -> the address that worked (a helper's, for circuit addresses)."""
+        return {a.rsplit("/p2p/", 1)[-1]: a for a in self._dialer.connected_addrs() if not is_circuit(a)}
 
     def _abandon_fetches(self, fetch_recv) -> None:
         """Fetches asked for but never started still get an outcome: the node's figures count them."""
@@ -303,12 +363,6 @@ class SwarmHost:
             log.exception("announcement validator failed")
             return False
 
-    async def _drain_subscription(self, subscription) -> None:
-        # Validation (and everything we need from a message) happened in the validator; the
-        # subscription is drained so it does not grow.
-        while True:
-            await subscription.get()
-
     async def _publish_loop(self, recv) -> None:
         async for data in recv:
             # publish() drops silently once a peer's queue is full: wait while any is half full.
@@ -318,7 +372,7 @@ class SwarmHost:
             ):
                 await trio.sleep(0.05)
             try:
-                await self._pubsub.publish(self.settings.topic, data)
+                await self._pubsub.publish(self.shards.publish_topics(self._pubsub), data)
             except Exception as exc:  # noqa: BLE001 — no peers, closing: the next round publishes again
                 log.info("publish failed: %s", exc)
             await trio.sleep(self.settings.publish_interval_s)

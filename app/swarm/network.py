@@ -32,11 +32,14 @@ from ..rollout import QuestionGroup
 from .board import Board
 from .bundle_protocol import NOT_THE_PEERS_FAULT
 from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
+from .reachability import Reachability
 from .identity import Identity
 from .inbox import Inbox
 from .reputation import Reputation
+from .shards import ShardLevel
 from .wire import (
     PROTOCOL_VERSION,
+    Bundle,
     WireError,
     announce,
     bundle_from_groups,
@@ -77,6 +80,7 @@ class SwarmNetwork:
         self._own: OrderedDict[str, bytes] = OrderedDict()  # digest -> body we serve
         self._own_lock = threading.Lock()
         self.reputation = Reputation()
+        self.shard_level = ShardLevel(self.peer_id)  # which announcement topics: shards.py
         self._fetch_failures: deque[str] = deque(maxlen=50)
         self._fetched = 0
         self._bundle_bytes_in = 0  # payload only: the part the inbound budget bounds
@@ -116,8 +120,17 @@ class SwarmNetwork:
     def listen_addrs(self) -> list[str]:
         return list(self.host.listen_addrs)
 
+    def announce_addrs(self) -> list[str]:
+        """Where peers should dial us, best first (a confirmed public address, else relay slots)."""
+        return self.host.announce_addrs()
+
+    def reachability(self) -> Reachability:
+        """Whether peers can dial us: directly, through a helper's relay, or not (reachability.py)."""
+        return self.host.reachability()
+
     # ---- per round ---------------------------------------------------------------------------
     def plan_fetches(self, rng: np.random.Generator, budget_bytes: int | None = None) -> int:
+        self._follow_shards()
         budget = self.settings.inbound_budget_bytes if budget_bytes is None else min(budget_bytes, self.settings.inbound_budget_bytes)
         chosen = self.board.choose(budget, rng, avoid=self._not_now, score=self._delivered)
         for heard in chosen:
@@ -126,6 +139,11 @@ class SwarmNetwork:
                 with self._pending_lock:
                     self._fetches_pending += 1
         return len(chosen)
+
+    def _follow_shards(self) -> None:
+        """Once a round: the swarm's size as heard from our shard sets our announcement topics."""
+        level = self.shard_level.update({h.origin for h in self.board.fresh()}, self.host.shards.neighbour_levels())
+        self.host.shards.set_level(level, self.shard_level.previous)
 
     def _not_now(self, peer: str) -> bool:
         """Not worth a fetch this round: refused too often, failing lately, or not dialable lately."""
@@ -145,11 +163,16 @@ class SwarmNetwork:
             groups, swarm=self.settings.name, node_id=self.peer_id, model=self.model, round_no=round_no,
             timestamp=time.time(), prefill=prefill,
         )
+        return self.share_bundle(bundle, [g.strict_mean for g in groups])
+
+    def share_bundle(self, bundle: Bundle, rewards: Sequence[float]) -> int:
+        """Keep an encoded bundle for peers to fetch and gossip its announcement (`swarmling
+        bench-swarm` shares synthetic ones this way); the bundle's size, 0 if not shared."""
         try:
             body = encode_bundle(bundle)
-            ann = encode_announcement(announce(bundle, body, self.host.listen_addrs, [g.strict_mean for g in groups]))
+            ann = encode_announcement(announce(bundle, body, self.announce_addrs(), rewards))
         except WireError as exc:
-            log.warning("not sharing round %s: %s", round_no, exc)
+            log.warning("not sharing round %s: %s", bundle.round, exc)
             return 0
         with self._own_lock:
             self._own[digest(body)] = body
@@ -203,6 +226,7 @@ class SwarmNetwork:
         return self.host.counters.snapshot()
 
     def round_stats(self) -> dict:
+        self._save_known()  # each round, not only at a clean stop: a killed node rejoins too
         bytes_in, bytes_out = self.host.counters.snapshot()
         last_in, last_out = self._last_counters
         self._last_counters = (bytes_in, bytes_out)
@@ -225,6 +249,8 @@ class SwarmNetwork:
             "announce_latency_s_p50": round(float(np.median(announce_s)), 4) if announce_s else None,
             "fetches_pending": self._fetches_pending,
             "host_restarts": self.host.health().restarts,
+            "reachability": self.host.reachability().state,
+            "shards": self.shard_level.shards,
         }
 
     # ---- network-thread callbacks --------------------------------------------------------------
@@ -270,7 +296,10 @@ class SwarmNetwork:
         addrs = self.host.connected_addrs()
         if not addrs:
             return
-        merged = list(dict.fromkeys([*addrs, *self._load_known()]))[:MAX_KNOWN_PEERS]
+        known = self._load_known()
+        merged = list(dict.fromkeys([*addrs, *known]))[:MAX_KNOWN_PEERS]
+        if merged == known:
+            return  # nothing new: no write
         tmp = self.known_peers_file.with_name(f".{KNOWN_PEERS_FILE}.{os.getpid()}.tmp")
         try:
             tmp.write_text(json.dumps({"peers": merged}, indent=1), encoding="utf-8")

@@ -36,7 +36,7 @@ REQUEST_TIMEOUT_S = 3.0
 DIALBACK_PER_PEER_EVERY_S = 20.0  # a helper dials a peer back at most this often
 DIALBACKS_AT_ONCE = 4
 RECHECK_EVERY_S = 600.0  # a verdict is re-checked this often (a router's port forward may change)
-FIRST_CHECK_EVERY_S = 3.0  # until a first verdict, the loop looks for a helper this often
+TICK_S = 2.0  # how often the verdict is looked at (cheap: no traffic unless something is due)
 
 State = Literal["unknown", "direct", "relayed", "unreachable"]
 
@@ -155,8 +155,9 @@ async def keep_reachable(host, client: RelayClient, board: ReachabilityBoard, pr
                          own_peer_id: str, port: int, helper_addrs) -> None:
     """Decide and keep the verdict: dial-back first, relay slots when that fails (runs forever).
 
-    `helper_addrs()` maps connected peers we dialled to the address we reached them at: the part
-    of a circuit address that peers dial."""
+    Looks every TICK_S (a helper that went away is noticed within that); a slot is renewed every
+    RESERVE_EVERY_S, and taken again as soon as a helper is back. `helper_addrs()` maps connected
+    peers we dialled to the address we reached them at: the part of a circuit address peers dial."""
     public, checked_at, asked = "", 0.0, ()
     while True:
         connected = [p.to_base58() for p in host.get_connected_peers()]
@@ -179,15 +180,15 @@ async def keep_reachable(host, client: RelayClient, board: ReachabilityBoard, pr
         else:
             known = helper_addrs()
             for helper in [h for h in helpers if h in known][:MAX_HELPERS]:
-                await client.reserve(helper)  # renews ours; a restarted helper gets it back
+                if client.due(helper):
+                    await client.reserve(helper)  # renews ours; a restarted helper gets it back
             held = tuple(h for h in client.reserved if h in known)
             if held:
                 board.set(Reachability("relayed", relay_addrs=tuple(circuit_addr(known[h], own_peer_id) for h in held),
                                        helpers=held, checked_at=time.time()))
             else:
                 board.set(Reachability("unreachable", helpers=asked, checked_at=time.time()))
-        settled = board.get().state in ("direct", "relayed")
-        await trio.sleep(RESERVE_EVERY_S if settled else FIRST_CHECK_EVERY_S)
+        await trio.sleep(TICK_S)
 
 
 def _remote_ip(stream) -> str | None:

@@ -10,7 +10,7 @@ end to end (the helper sees ciphertext) and still goes through the node's own ch
 
 py-libp2p 0.8.1, measured in the namespace lab (tests/netlab.py), and what is done here:
 - a reservation is made by hand (a hop stream and `_make_reservation`: its own refresher and
-  discovery are not used): `HolePunch.keep_reservations` re-reserves every RESERVE_EVERY_S, which
+  discovery are not used): `reachability.keep_reachable` renews it every RESERVE_EVERY_S, which
   also covers a helper that restarted and forgot us (re-reserving an unexpired slot is a no-op);
 - a /p2p-circuit address must be dialled through the circuit transport (`dial_circuit`), never
   `host.connect`, which only knows TCP;
@@ -45,6 +45,7 @@ HELPER_LIMITS = RelayLimits(duration=120, data=4 << 20, max_circuit_conns=8, max
                             reservation_ttl=3600)
 NODE_LIMITS = RelayLimits(duration=120, data=4 << 20, max_circuit_conns=8, max_reservations=0)
 RESERVE_EVERY_S = 30.0
+RETRY_S = 10.0  # a helper that refused (full) or did not answer is asked again after this
 RESERVE_TIMEOUT_S = 10.0
 MAX_HELPERS = 2  # slots a node holds at once: one helper may go away
 CIRCUIT = "/p2p-circuit"
@@ -59,12 +60,38 @@ def circuit_addr(helper_addr: str, own_peer_id: str) -> str:
     return f"{helper_addr}{CIRCUIT}/p2p/{own_peer_id}"
 
 
+class _Forgetful(dict):
+    """py-libp2p 0.8.1 keys its open circuits by peer (`_active_relays[peer]`), so two circuits
+    that share a peer (A fetching from B while B fetches from A: every round) overwrite each
+    other's entry, and the first to end closes the other's streams (the other fetch then fails
+    with StreamEOF; seen in the lab). Nothing is stored here: each circuit closes its own streams
+    (`CountingRelay._relay_data`)."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
 class CountingRelay(CircuitV2Protocol):
-    """The hop (and stop) side of circuit relay v2, counting what it copies."""
+    """The hop (and stop) side of circuit relay v2, counting what it copies; each circuit closes
+    its own streams and lasts at most its duration, idle or not."""
 
     def __init__(self, host, limits: RelayLimits, allow_hop: bool) -> None:
         super().__init__(host, limits=limits, allow_hop=allow_hop)
+        self._active_relays = _Forgetful()
         self.relayed_bytes = 0
+        self._directions = 0  # relay loops running: two per circuit
+
+    async def _relay_data(self, src_stream, dst_stream, peer_id, deadline=None, circuit_data_limit=None) -> None:  # type: ignore[override]
+        self._directions += 1
+        try:
+            # py-libp2p checks the duration only when bytes arrive: an idle circuit lasted for ever
+            with trio.move_on_after(self.limits.duration + 1.0):
+                await super()._relay_data(src_stream, dst_stream, peer_id, deadline, circuit_data_limit)
+        finally:
+            self._directions -= 1
+            with trio.CancelScope(shield=True):
+                await self._close_stream(src_stream)
+                await self._close_stream(dst_stream)
 
     async def _read_stream_with_retry(self, stream, max_retries: int = 3):  # type: ignore[override]
         # The one place py-libp2p 0.8.1's relay loop reads what it then writes to the other side.
@@ -83,7 +110,7 @@ class CountingRelay(CircuitV2Protocol):
         return reservation is not None and not reservation.is_expired()
 
     def circuits(self) -> int:
-        return sum(1 for _src, dst in self._active_relays.values() if dst is not None)
+        return self._directions // 2
 
 
 class RelayClient:
@@ -93,10 +120,17 @@ class RelayClient:
         self._host = host
         self._transport = CircuitV2Transport(host, relay, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
         self.reserved: dict[str, float] = {}  # helper peer id -> when the last reservation succeeded
+        self._tried: dict[str, float] = {}  # helper peer id -> when we last asked it
+
+    def due(self, helper: str) -> bool:
+        """Time to ask `helper` (again): renewals every RESERVE_EVERY_S, retries every RETRY_S."""
+        wait = RESERVE_EVERY_S if helper in self.reserved else RETRY_S
+        return time.monotonic() - self._tried.get(helper, -1e9) > wait
 
     async def reserve(self, helper: str) -> bool:
         """Ask `helper` for a slot (or renew ours); False when it refused or did not answer."""
         pid = ID.from_base58(helper)
+        self._tried[helper] = time.monotonic()
         with trio.move_on_after(RESERVE_TIMEOUT_S):
             try:
                 stream = await self._host.new_stream(pid, [HOP_PROTOCOL])
@@ -117,7 +151,9 @@ class RelayClient:
         return False
 
     def forget(self, helper: str) -> None:
+        """The helper went away: our slot there is gone, and it is asked again as soon as it is back."""
         self.reserved.pop(helper, None)
+        self._tried.pop(helper, None)
 
     async def dial(self, addr: str) -> None:
         """Connect to a peer at a /p2p-circuit address (raises when the helper or the peer refuses)."""

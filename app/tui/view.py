@@ -102,6 +102,8 @@ class NodeView:
     bytes_in: int = 0
     bytes_out: int = 0
     host_restarts: int = 0
+    reachability: str = ""  # swarm/reachability.py's state, "" before the host said
+    reachability_text: str = ""
     host_error: str = ""
     # feed and log
     rollouts: deque = field(default_factory=lambda: deque(maxlen=MAX_ROLLOUTS))  # newest first
@@ -148,6 +150,7 @@ class NodeView:
             self.peers, self.listen_addrs = event.peers, event.listen_addrs
             self.bytes_in, self.bytes_out = event.bytes_in, event.bytes_out
             self.host_restarts, self.host_error = event.host_restarts, event.host_error
+            self.reachability, self.reachability_text = event.reachability, event.reachability_text
             self.peer_id = event.peer_id
             self._bump("swarm", "header")
         elif isinstance(event, StateChanged):

@@ -10,6 +10,9 @@ from textual.widgets import DataTable, Static
 from ..view import NodeView
 from .header import short_id
 
+# Can peers fetch this node's rollouts? Green: directly; cyan: through a helper; yellow: they cannot.
+REACHABILITY_STYLE = {"direct": "green", "relayed": "cyan", "unreachable": "yellow"}
+
 
 def kib(n: int) -> str:
     return f"{n / 1024:,.1f} KiB" if n < 2**20 else f"{n / 2**20:,.1f} MiB"
@@ -56,6 +59,8 @@ class SwarmPanel(Vertical):
                                f"(last {len(view.swarm_shares)} rounds)\n")
             summary.append(f"peer {view.peer_id}\n", style="dim")
             summary.append("dial me at " + (view.listen_addrs[0] if view.listen_addrs else "-"), style="dim")
+            if view.reachability:
+                summary.append("\n" + view.reachability_text, style=REACHABILITY_STYLE.get(view.reachability, "dim"))
             if view.host_restarts:
                 summary.append(f"\nswarm host restarted {view.host_restarts}x; last failure: {view.host_error}",
                                style="yellow")
