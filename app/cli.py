@@ -127,9 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     bsw.add_argument("--nodes", type=_node_counts, default=(8, 16, 32, 64), metavar="N[,N…]",
                      help="swarm sizes, one after the other (default 8,16,32,64)")
     bsw.add_argument("--rounds", type=_positive, default=3, help="measured rounds per size (default 3)")
-    bsw.add_argument("--warmup", type=int, default=7, help="rounds before measuring: shard levels settle (default 7)")
+    bsw.add_argument("--warmup", type=int, help="rounds before measuring (default 3; 7 with --cold)")
     bsw.add_argument("--round-seconds", type=float, default=0.0,
-                     help="length of a round (default: 15 s, or 0.75 s per node when more)")
+                     help="length of a round (default: 15 s, or 0.9 s per node when more)")
+    bsw.add_argument("--cold", action="store_true",
+                     help="start every node on one topic (shard levels then settle within 7 rounds)")
     bsw.add_argument("--dial", type=_positive, default=4, help="random peers each node dials (default 4)")
     bsw.add_argument("--dir", type=Path, help="where the nodes keep identities and the results (default: a temp folder)")
 
@@ -222,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench-swarm":
         from .swarm_bench import BenchOptions, bench_swarm
 
-        return bench_swarm(BenchOptions(args.nodes, rounds=args.rounds, warmup=args.warmup,
-                                        round_s=args.round_seconds, dial=args.dial, directory=args.dir))
+        warmup = args.warmup if args.warmup is not None else 7 if args.cold else 3
+        return bench_swarm(BenchOptions(args.nodes, rounds=args.rounds, warmup=warmup,
+                                        round_s=args.round_seconds, dial=args.dial, directory=args.dir, cold=args.cold))
     if args.command == "experiment":
         from .experiment import ExperimentOptions, experiment_command, parse_mixes
 
@@ -412,10 +415,17 @@ def _relay(config: Config, paths, public_host: str, every_s: float) -> int:
     except (IdentityError, SwarmError, ValueError) as exc:
         print(f"swarmling: {exc}", file=sys.stderr)
         return 1
-    print(f"helper for swarm {sw.name!r}: peer {helper.identity.peer_id}")
-    print("nodes join with `swarmling join <invite>` (`swarmling invite` prints one) or --set swarm.bootstrap=[...] with:")
-    for addr in helper.addresses():
-        print(f"  {addr}")
+    from .invite import InviteError, make_invite
+
+    print(f"helper for swarm {sw.name!r}: peer {helper.identity.peer_id}, listening on {', '.join(helper.host.listen_addrs)}")
+    try:
+        invite, _, _ = make_invite(config, paths.data_dir, helpers=helper.addresses() if public_host else (),
+                                   public_host=public_host)
+        print(f"volunteers join with:  swarmling join {invite}")
+    except InviteError:
+        print("no public address found on this machine: pass --public-host (the IP or name peers dial), then "
+              "`swarmling invite --public-host ...` prints the line volunteers join with")
+    print(f"figures every {every_s:.0f} s below and in {helper.figures_file}")
     sys.stdout.flush()
     try:
         helper.run_until_stopped(every_s, say=lambda line: print(line, flush=True))

@@ -36,7 +36,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
 from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr, pin_address
-from .relay import is_circuit
+from .relay import is_circuit, relay_of
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -58,7 +58,8 @@ IDLE_CLOSE_S = 10.0  # a connection made only for fetches is closed after this l
 ABANDONED = "not fetched: the swarm host stopped first"
 IN_FLIGHT = "a fetch from this peer is already in flight"
 COOLING = "could not be dialled lately: not tried again yet"
-NOT_THE_PEERS_FAULT = frozenset({ABANDONED, IN_FLIGHT, COOLING})  # outcomes that say nothing of the peer
+NO_ROUTE = "not fetched: the helper relaying for this peer could not be reached"
+NOT_THE_PEERS_FAULT = frozenset({ABANDONED, IN_FLIGHT, COOLING, NO_ROUTE})  # outcomes that say nothing of the peer
 
 BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we still have it
 FetchDone = Callable[[str, str, bytes | None, str, float], None]  # peer, digest, body|None, why, seconds
@@ -151,21 +152,31 @@ class BundleExchange:
 
         The announced addresses are tried in the author's order, which puts the one peers can
         reach first (a public address a helper confirmed, else its slots on helpers' relays), at
-        most MAX_DIAL_ATTEMPTS of them and each within DIAL_TIMEOUT_S."""
+        most MAX_DIAL_ATTEMPTS of them and each within DIAL_TIMEOUT_S. An author that announces
+        relay slots is dialled only through them (its other addresses are its LAN's, whose
+        peers find it by mDNS), and when none of its helpers could be reached the author is not
+        to blame (NO_ROUTE: no cooldown, no mark on its record): a helper that restarts must not
+        leave its nodes shunning each other for minutes afterwards."""
         if self._cooldown.blocked(peer):
             return COOLING
         attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid]
         if self._dial_circuit is None:
             attempts = [a for a in attempts if not is_circuit(a)]
+        elif any(is_circuit(a) for a in attempts):
+            attempts = [a for a in attempts if is_circuit(a)]
         if not attempts:
             return "not connected and no address announced"
-        why = ""
+        why, blamed = "", False
         async with self._dial_limit:
             for addr in attempts[:MAX_DIAL_ATTEMPTS]:
+                helper_up = not is_circuit(addr) or relay_of(addr) in {p.to_base58() for p in self._host.get_connected_peers()}
                 why = await self._dial_one(addr)
                 if not why:
                     self._cooldown.succeeded(peer)
                     return ""
+                blamed = blamed or helper_up
+        if not blamed:
+            return NO_ROUTE
         self._cooldown.failed(peer)
         return why
 

@@ -73,8 +73,10 @@ class Helper:
     def addresses(self) -> list[str]:
         """Where peers dial this helper: the public host if given, else its interface addresses."""
         if self.settings.public_host:
+            from ..invite import host_addr
+
             port = self.host.listen_addrs[0].split("/tcp/")[1].split("/")[0] if self.host.listen_addrs else self.settings.port
-            return [f"/ip4/{self.settings.public_host}/tcp/{port}/p2p/{self.identity.peer_id}"]
+            return [host_addr(self.settings.public_host, int(port), self.identity.peer_id)]
         return list(self.host.listen_addrs)
 
     def figures(self) -> dict:
@@ -111,6 +113,7 @@ class Helper:
             figures = self.figures()
             self.write_figures(figures)
             say(describe(figures))
+        self.write_figures(self.figures())  # the last word: what it carried until it was stopped
 
     def _cpu_seconds(self) -> float:
         times = self._process.cpu_times()

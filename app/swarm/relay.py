@@ -55,6 +55,12 @@ def is_circuit(addr: str) -> bool:
     return CIRCUIT in addr
 
 
+def relay_of(addr: str) -> str:
+    """The helper's peer id in a /p2p-circuit address ("" if there is none)."""
+    head = addr.split(CIRCUIT, 1)[0]
+    return head.rsplit("/p2p/", 1)[1] if CIRCUIT in addr and "/p2p/" in head else ""
+
+
 def circuit_addr(helper_addr: str, own_peer_id: str) -> str:
     """The address peers dial to reach us through a helper we reserved a slot on."""
     return f"{helper_addr}{CIRCUIT}/p2p/{own_peer_id}"
