@@ -13,6 +13,39 @@ from .paths import Paths
 from .tasks import load_preset
 
 
+def swarm_report(config: Config, paths: Paths) -> None:
+    """The swarm's settings and whether peers can dial this node: the running node's verdict, or
+    a short live check through the configured helpers."""
+    sw = config.swarm
+    print("swarm")
+    if not sw.enabled:
+        print("  off (swarm.enabled = false): training on local groups only")
+        return
+    print(f"  name {sw.name!r}, port {sw.port or 'any'}, {len(sw.bootstrap)} helper/bootstrap peer(s), "
+          f"{len(sw.peers)} static peer(s), mDNS {'on' if sw.mdns else 'off'}")
+    from .control import ControlError, send
+
+    try:
+        host = send(paths.state_dir, "status", timeout_s=2.0).get("swarm_host") or {}
+        print(f"  reachability (the running node): {host.get('reachability_text') or 'not reported yet'}")
+        return
+    except ControlError:
+        pass
+    if not sw.bootstrap:
+        print("  reachability: not checked (no helper in swarm.bootstrap; `swarmling join <invite>` adds one)")
+        return
+    from .swarm.host import SwarmError
+    from .swarm.identity import IdentityError
+    from .swarm.probe import PROBE_TIMEOUT_S, probe
+
+    print(f"  reachability: asking the helpers (up to {PROBE_TIMEOUT_S:.0f} s)…", flush=True)
+    try:
+        verdict = probe(sw.name, sw.listen_host, sw.port, sw.bootstrap, paths.data_dir)
+        print(f"  reachability: {verdict.describe() if verdict.state != 'unknown' else 'no helper answered'}")
+    except (SwarmError, IdentityError, ValueError) as exc:
+        print(f"  reachability: could not check: {exc}")
+
+
 def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     hw = detect()
     print("hardware")
@@ -43,6 +76,7 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
         status = 1
     for name, entry in SHIPPED.items():
         print(f"  available: {name} — {entry.description}")
+    swarm_report(config, paths)
     print("paths")
     print(f"  config file   {config_file}{'' if config_file.exists() else ' (not created; defaults in use)'}")
     for label, value in paths.as_dict().items():

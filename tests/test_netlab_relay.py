@@ -110,9 +110,19 @@ def test_nodes_behind_two_nats_trade_through_the_helper_and_outlive_it(lab, tmp_
     assert all(s["fetched"] == 2 for s in states.values()), states
 
 
+def doctor(lab: Lab, role: str, home: Path, helper_addr: str) -> str:
+    result = lab.run(role, [sys.executable, "-m", "swarmling.app", "--home", str(home), "doctor", "--swarm", "test",
+                            "--port", str(PORT), "--set", "swarm.enabled=true", "--set", f'swarm.bootstrap=["{helper_addr}"]'], timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return next(line for line in result.stdout.splitlines() if line.startswith("  reachability: ") and "asking" not in line)
+
+
 def test_a_port_forward_makes_a_node_reachable_directly(lab, tmp_path):
     lab.forward_port("r1", PORT, "h1")
     helper, helper_addr = start_helper(lab, tmp_path / "helper")
+    # `swarmling doctor` checks it before any node runs (on the node's port: the one forwarded)
+    assert doctor(lab, "h1", tmp_path / "h1", helper_addr) == f"  reachability: reachable directly at /ip4/{lab.wan('h1')}/tcp/{PORT}"
+    assert doctor(lab, "h2", tmp_path / "h2", helper_addr).startswith("  reachability: through relay")
     nodes = {role: start_node(lab, role, tmp_path / role, helper_addr) for role in ("h1", "h2")}
     h1 = until(nodes["h1"], "state", lambda s: s["state"] == "direct", timeout=60)
     assert h1["state"] == "direct", h1
