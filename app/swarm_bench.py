@@ -9,19 +9,21 @@ GIL and memory are shared by few). Each node dials `dial` random others (a rando
 degree ≈ 2 × dial, like nodes that met through helpers and remembered peers). In each round every
 node, at a random moment in the first half of the round, plans its fetches from what it heard
 (board.choose, within swarm.inbound_kib_per_round, ≤ 8 bundles) and announces its own bundle;
-fetched bundles count as verified (so their authors become proven, as honest peers do). Warm-up
-rounds (the shard level needs CONFIRM_ROUNDS + TRANSITION_ROUNDS rounds to settle) are not
-measured. Per node and round: wire bytes in (after Noise and yamux), of which bundle payload,
-announcements accepted, bundles fetched, the shard count in use.
+fetched bundles count as verified (so their authors become proven, as honest peers do). Nodes start
+at the shard level their estimate settles on (`--cold`: at level 0, as a fresh swarm does; the level
+then needs CONFIRM_ROUNDS + TRANSITION_ROUNDS rounds, tests/test_swarm_bench.py covers that path);
+warm-up rounds (fetches ramp up while authors become proven) are not measured. Per node and round:
+wire bytes in (after Noise and yamux), of which bundle payload, announcements accepted, bundles
+fetched, the shard count in use, and (PubsubTally) where the pubsub bytes go.
 
-Measured here (2 shared vCPUs, 8 groups × 8 replies of 400 characters a bundle ≈ 8 KiB
-compressed, announcements ≈ 1.3 KiB, 3 measured rounds of 12 s): see README's swarm section for
-the table. The model behind the extrapolation: per round a node receives its fetched bundles
-(bounded by the budget: ≤ 8 bundles, ≤ 256 KiB) plus, for each announcer of its shard, the
-announcement about once per mesh peer that forwards it (GossipSub degree 6) and the IHAVE/IWANT
-gossip about it; the shard count keeps announcers per shard between MERGE_BELOW and SPLIT_ABOVE
-(12..32; a change lands at ≤ 24), so the gossip part is bounded whatever the swarm's size. The
-table's last line projects the measured per-announcement cost to 10,000 nodes.
+The model behind the 10,000-node line: per round a node receives its fetched bundles (bounded by
+the budget: ≤ 8 bundles, ≤ 256 KiB) plus, for each announcer of its shard, the announcement about
+once per mesh peer that forwards it (py-libp2p's mesh takes every connection up to degree_high
+12: measured 8–12 copies) with its envelope and the signed peer record py-libp2p adds to every
+RPC. The shard count keeps announcers per shard within MERGE_BELOW..SPLIT_ABOVE (12..32; a change
+lands at ≤ 24), so that part is bounded whatever the swarm's size: the per-announcement cost
+measured at the largest size, times the announcers of one shard, plus the bundles. Figures:
+README's swarm section.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from statistics import fmean
 
 SWARM = "bench"
 MODEL = "synthetic"
-HOSTS_PER_PROCESS = 16
+HOSTS_PER_PROCESS = 8
 SETTLE_S = 6.0  # after every host started: connections and gossip meshes form
 WORDS = ("the", "sum", "of", "and", "is", "so", "we", "add", "first", "then", "carry", "digit", "answer", "step",
          "count", "letters", "in", "word", "legs", "each", "animal", "total", "days", "after", "base", "convert")
@@ -51,8 +53,8 @@ WORDS = ("the", "sum", "of", "and", "is", "so", "we", "add", "first", "then", "c
 class BenchOptions:
     counts: tuple[int, ...]
     rounds: int = 3  # measured rounds, after the warm-up
-    warmup: int = 7
-    round_s: float = 0.0  # 0: max(15, 0.75 s per node) — py-libp2p is CPU-bound: starved nodes fail fetches
+    warmup: int = 3  # fetches ramp up as authors become proven (3 newcomer bundles a round at first)
+    round_s: float = 0.0  # 0: max(15, 0.9 s per node) — py-libp2p is CPU-bound: starved nodes fail fetches
     dial: int = 4
     groups: int = 8
     completions: int = 8
@@ -61,6 +63,8 @@ class BenchOptions:
     seed: int = 0
     directory: Path | None = None
     per_process: int = HOSTS_PER_PROCESS
+    cold: bool = False  # start every node at level 0 instead of where its estimate settles
+    start_level: int = 0  # set per swarm size by run_swarm
 
 
 @dataclass
@@ -68,6 +72,7 @@ class SwarmResult:
     nodes: int
     samples: list[dict] = field(default_factory=list)  # one per node and measured round
     shards_at_end: list[int] = field(default_factory=list)
+    pubsub: list[dict] = field(default_factory=list)  # per measured round: PubsubTally's parts per node
 
     def column(self, key: str) -> list[float]:
         return [float(s[key]) for s in self.samples]
@@ -126,15 +131,60 @@ def make_nodes(specs: list[Spec], opts: BenchOptions) -> list[dict]:
 
     from .swarm.identity import load_or_create
     from .swarm.network import SwarmNetwork, SwarmSettings
+    from .swarm.shards import ShardLevel
 
     nodes = []
     for index, home, port, dial in specs:
         inbox = _CountingInbox()
         net = SwarmNetwork(SwarmSettings(SWARM, "127.0.0.1", port, (), dial, False, opts.budget_kib * 1024),
                            load_or_create(Path(home)), inbox, Path(home), MODEL)  # type: ignore[arg-type]
+        if opts.start_level:  # where a cold start settles after CONFIRM_ROUNDS + TRANSITION_ROUNDS rounds
+            net.shard_level = ShardLevel(net.peer_id, opts.start_level)
+            net.host.shards.set_level(opts.start_level)
         nodes.append({"index": index, "net": net, "inbox": inbox, "rng": np.random.default_rng(opts.seed * 1000 + index),
                       "pyrng": random.Random(opts.seed * 1000 + index), "announcements": 0, "fetched": 0})
     return nodes
+
+
+class PubsubTally:
+    """Where received pubsub bytes go (this process's hosts together): announcement data, message
+    envelopes (topics, signature, key), the signed peer record py-libp2p puts on every RPC, control
+    (IHAVE/IWANT/GRAFT/PRUNE/IDONTWANT), subscriptions. Installed by wrapping the frame reader."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.parts: dict[str, int] = {}
+
+    def install(self) -> None:
+        import libp2p.pubsub.pubsub as pubsub_module
+        from libp2p.pubsub.pb import rpc_pb2
+
+        read = pubsub_module.read_varint_prefixed_bytes_limited
+
+        async def counted(stream, limit):
+            data = await read(stream, limit)
+            rpc = rpc_pb2.RPC()
+            try:
+                rpc.ParseFromString(data)
+            except Exception:  # noqa: BLE001 — the library refuses it next
+                return data
+            parts = {"rpc": len(data), "peer record": len(rpc.senderRecord),
+                     "data": sum(len(m.data) for m in rpc.publish),
+                     "envelope": sum(m.ByteSize() - len(m.data) for m in rpc.publish),
+                     "subscriptions": sum(x.ByteSize() for x in rpc.subscriptions),
+                     "control": rpc.control.ByteSize() if rpc.HasField("control") else 0,
+                     "messages": len(rpc.publish)}
+            with self._lock:
+                for key, value in parts.items():
+                    self.parts[key] = self.parts.get(key, 0) + value
+            return data
+
+        pubsub_module.read_varint_prefixed_bytes_limited = counted
+
+    def take(self) -> dict[str, int]:
+        with self._lock:
+            parts, self.parts = self.parts, {}
+        return parts
 
 
 def _worker(conn, specs: list[Spec], opts: BenchOptions) -> None:
@@ -142,6 +192,8 @@ def _worker(conn, specs: list[Spec], opts: BenchOptions) -> None:
 
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)
     logging.getLogger("swarmling").setLevel(logging.ERROR)
+    tally = PubsubTally()
+    tally.install()
     nodes = make_nodes(specs, opts)
     try:
         for node in nodes:
@@ -153,7 +205,7 @@ def _worker(conn, specs: list[Spec], opts: BenchOptions) -> None:
                 play_round(nodes, msg[1], opts)
                 conn.send(("done",))
             elif msg[0] == "stats":
-                conn.send(("stats", [node_stats(node) for node in nodes]))
+                conn.send(("stats", [node_stats(node) for node in nodes], tally.take()))
             else:
                 break
     finally:
@@ -236,12 +288,14 @@ def node_specs(n: int, opts: BenchOptions, directory: Path) -> list[Spec]:
 
 
 def round_seconds(n: int, opts: BenchOptions) -> float:
-    return opts.round_s or max(15.0, 0.75 * n)
+    return opts.round_s or max(15.0, 0.9 * n)
 
 
 def run_swarm(n: int, opts: BenchOptions, directory: Path, say=print) -> SwarmResult:
     """N network-only nodes on 127.0.0.1 for warm-up + measured rounds; per-node samples."""
-    opts = replace(opts, round_s=round_seconds(n, opts))
+    from .swarm.shards import landing_level
+
+    opts = replace(opts, round_s=round_seconds(n, opts), start_level=0 if opts.cold else landing_level(n))
     specs = node_specs(n, opts, directory)
     ctx = multiprocessing.get_context("spawn")
     chunks = [specs[k:k + opts.per_process] for k in range(0, n, opts.per_process)]
@@ -266,17 +320,21 @@ def run_swarm(n: int, opts: BenchOptions, directory: Path, say=print) -> SwarmRe
             for _, conn in workers:
                 conn.recv()
             time.sleep(max(0.0, opts.round_s - (time.monotonic() - started)))
-            samples = []
+            samples, parts = [], {}
             for _, conn in workers:
                 conn.send(("stats",))
             for _, conn in workers:
-                samples.extend(conn.recv()[1])
+                _, got, tally = conn.recv()
+                samples.extend(got)
+                for key, value in tally.items():
+                    parts[key] = parts.get(key, 0) + value
             heard = [s["announcements"] for s in samples]
             say(f"  {n} nodes, round {r}/{total}{' (warm-up)' if r <= opts.warmup else ''}: "
                 f"{fmean(s['bytes_in'] for s in samples) / 1024:.0f} KiB in per node, "
                 f"heard {fmean(heard):.1f} (min {min(heard)}), shards {sorted({s['shards'] for s in samples})}")
             if r > opts.warmup:
                 result.samples.extend({**s, "round": r} for s in samples)
+                result.pubsub.append({key: value / n for key, value in parts.items()})  # per node
             result.shards_at_end = [s["shards"] for s in samples]
     finally:
         for _, conn in workers:
@@ -316,6 +374,22 @@ def table(results: list[SwarmResult]) -> list[str]:
     return lines
 
 
+def breakdown(results: list[SwarmResult]) -> list[str]:
+    """Where a node's inbound KiB go, per round (measured rounds' means)."""
+    keys = ("data", "envelope", "peer record", "control", "subscriptions")
+    lines = [f"{'nodes':>5}  {'bundles':>7}  " + "  ".join(f"{k:>13}" for k in keys)
+             + f"  {'other':>6}  {'messages in':>11}"]
+    for res in results:
+        if not res.pubsub:
+            continue
+        part = {k: fmean(p.get(k, 0) for p in res.pubsub) / 1024 for k in (*keys, "rpc", "messages")}
+        total, bundles = fmean(res.column("bytes_in")) / 1024, fmean(res.column("bundle_bytes_in")) / 1024
+        other = total - bundles - part["rpc"]
+        lines.append(f"{res.nodes:>5}  {bundles:>7.1f}  " + "  ".join(f"{part[k]:>13.1f}" for k in keys)
+                     + f"  {other:>6.1f}  {part['messages'] * 1024:>11.1f}")
+    return lines
+
+
 def projection(results: list[SwarmResult], nodes: int = 10_000) -> str:
     """The measured cost of one heard announcement (gossip KiB / heard), carried to `nodes`."""
     from .swarm.shards import landing_level
@@ -344,6 +418,9 @@ def bench_swarm(opts: BenchOptions, say=print) -> int:
         results.append(run_swarm(n, opts, base / f"{n}-nodes", say))
     say("\nper node per round, measured rounds (wire bytes after Noise/yamux; gossip = all but bundle payload)")
     for line in table(results):
+        say(line)
+    say("\nwhere it goes, KiB/node/round (pubsub frames by part; other = Noise, yamux, identify, dials, fetch requests)")
+    for line in breakdown(results):
         say(line)
     means = {r.nodes: fmean(r.column("bytes_in")) for r in results}
     if 16 in means and len(means) > 1:

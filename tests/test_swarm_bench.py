@@ -28,6 +28,8 @@ def small_shards(monkeypatch):
     monkeypatch.setattr(shards, "LAND_AT_MOST", 3)
     monkeypatch.setattr(shards, "CONFIRM_ROUNDS", 1)
     monkeypatch.setattr(shards, "TRANSITION_ROUNDS", 1)
+    monkeypatch.setattr(shards, "MIN_SHARD_NEIGHBOURS", 1)  # shards of two or three nodes
+    monkeypatch.setattr(shards, "SHARD_PEERS", 1)
 
 
 def test_sharded_nodes_hear_their_shard_only_and_always_someone(tmp_path, small_shards):

@@ -159,12 +159,26 @@ def test_a_node_with_no_shard_neighbour_falls_back_to_a_coarser_topic():
     same = [p for p in others if shard_of(p, level) == shard_of(me, level)]
     half = [p for p in others if shard_of(p, 1) == shard_of(me, 1) and shard_of(p, 2) != shard_of(me, 2)]
     other_half = [p for p in others if shard_of(p, 1) != shard_of(me, 1)]
-    assert subscriptions(ROOT, me, level, None, same[:1] + other_half) == (home_topic(ROOT, me, level),)
+    assert subscriptions(ROOT, me, level, None, same[:3] + other_half) == (home_topic(ROOT, me, level),)
+    assert subscriptions(ROOT, me, level, None, same[:1] + other_half, min_peers=1) == (home_topic(ROOT, me, level),)
+    assert hearing_level(me, level, same[:2] + half[:3] + other_half) == 1  # two of our shard are too few
     assert hearing_level(me, level, half[:3] + other_half) == 1
     assert subscriptions(ROOT, me, level, None, half[:3]) == (home_topic(ROOT, me, level), home_topic(ROOT, me, 1))
     assert hearing_level(me, level, other_half) == 0
     assert subscriptions(ROOT, me, level, None, other_half)[-1] == ROOT
     assert hearing_level(me, level, []) == level  # nobody to fall back on
+
+
+def test_a_node_dials_announcers_of_its_shard_until_it_has_enough_of_them():
+    peers = ids(400, 11)
+    me, others = peers[0], peers[1:]
+    level = 3
+    same = [p for p in others if shard_of(p, level) == shard_of(me, level)]
+    other = [p for p in others if shard_of(p, level) != shard_of(me, level)]
+    assert shards.shard_mates_to_dial(me, 0, [], others) == []  # one topic: no shards to meet
+    assert shards.shard_mates_to_dial(me, level, other[:10], others) == same[:shards.SHARD_PEERS]
+    assert shards.shard_mates_to_dial(me, level, same[:1] + other[:10], others) == same[1:shards.SHARD_PEERS]
+    assert shards.shard_mates_to_dial(me, level, same[:shards.SHARD_PEERS], others) == []
 
 
 def test_publishing_tags_the_chain_so_nodes_one_level_apart_hear_each_other():

@@ -197,6 +197,10 @@ class SwarmHost:
         """Fetch a bundle by digest from the peer that announced it; the result goes to `on_fetched`."""
         return self._trio.send_nowait(self._fetch_send, (peer, digest, max_bytes, addrs))
 
+    def meet(self, addr: str) -> None:
+        """Dial this peer and keep it connected (a shard mate, shards.py); ValueError on a bad address."""
+        self._dialer.discovered(parse_peer_addr(addr))
+
     def connected_peers(self) -> list[str]:
         return self._dialer.connected_peers()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import threading
 import time
 from collections import OrderedDict, deque
@@ -36,7 +37,7 @@ from .reachability import Reachability
 from .identity import Identity
 from .inbox import Inbox
 from .reputation import Reputation
-from .shards import ShardLevel
+from .shards import ShardLevel, shard_mates_to_dial
 from .wire import (
     PROTOCOL_VERSION,
     Bundle,
@@ -81,6 +82,7 @@ class SwarmNetwork:
         self._own_lock = threading.Lock()
         self.reputation = Reputation()
         self.shard_level = ShardLevel(self.peer_id)  # which announcement topics: shards.py
+        self._shard_rng = random.Random()
         self._fetch_failures: deque[str] = deque(maxlen=50)
         self._fetched = 0
         self._bundle_bytes_in = 0  # payload only: the part the inbound budget bounds
@@ -142,8 +144,20 @@ class SwarmNetwork:
 
     def _follow_shards(self) -> None:
         """Once a round: the swarm's size as heard from our shard sets our announcement topics."""
-        level = self.shard_level.update({h.origin for h in self.board.fresh()}, self.host.shards.neighbour_levels())
+        fresh = self.board.fresh()
+        level = self.shard_level.update({h.origin for h in fresh}, self.host.shards.neighbour_levels())
         self.host.shards.set_level(level, self.shard_level.previous)
+        addrs = {h.origin: h.announcement.addrs for h in fresh}
+        order = list(addrs)
+        self._shard_rng.shuffle(order)
+        for origin in shard_mates_to_dial(self.peer_id, level, self.host.connected_peers(), order):
+            for addr in addrs[origin]:
+                if addr.endswith(f"/p2p/{origin}") and "/p2p-circuit" not in addr:
+                    try:
+                        self.host.meet(addr)
+                        break
+                    except ValueError:
+                        continue
 
     def _not_now(self, peer: str) -> bool:
         """Not worth a fetch this round: refused too often, failing lately, or not dialable lately."""

@@ -22,8 +22,12 @@ Here the swarm splits into 2^level shards, each its own topic, once it is big en
   peers subscribed to one of its topics), so nodes at the same or coarser levels, or one level
   finer, of the same shard always hear each other, whatever their estimates;
 - a node never ends up hearing nobody: when fewer than MIN_SHARD_NEIGHBOURS connected peers share
-  its shard, it also subscribes to the finest coarser topic that some do share (down to level 0,
-  which every message carries): its neighbours then forward it what they hear.
+  its shard, it also subscribes to the finest coarser topic that enough do share (down to level 0,
+  which every message carries): its neighbours then forward it what they hear;
+- a shard's topic works only if its nodes are connected among themselves (GossipSub forwards a
+  topic's messages only between its subscribers), which random connections do not give once
+  shards are small: a node with fewer than SHARD_PEERS connected peers in its shard dials
+  announcers of its shard it heard (`shard_mates_to_dial`, from their announced addresses).
 
 Everything here is pure (no network, no clock): host.py applies the topics, network.py feeds the
 estimate once a round.
@@ -42,7 +46,8 @@ MAX_LEVEL = 12  # 4096 shards: 50,000–130,000 nodes
 CONFIRM_ROUNDS = 3  # rounds in a row the estimate must ask for a change
 MAX_CONFIRM_ROUNDS = 48  # flap damping doubles CONFIRM_ROUNDS up to this
 TRANSITION_ROUNDS = 3  # rounds the old shard's topic stays subscribed after a change (no change meanwhile)
-MIN_SHARD_NEIGHBOURS = 1  # connected peers sharing our shard below which a coarser topic is added
+MIN_SHARD_NEIGHBOURS = 3  # connected peers sharing our shard below which a coarser topic is added
+SHARD_PEERS = 4  # connected peers of our shard a node dials announcers of its shard to keep (GossipSub's degree_low)
 
 
 def shard_of(peer_id: str, level: int) -> int:
@@ -104,10 +109,11 @@ def estimate_size(peer_id: str, level: int, heard: Iterable[str]) -> int:
     return (1 + len(same)) << level
 
 
-def hearing_level(peer_id: str, level: int, connected: Iterable[str], min_peers: int = MIN_SHARD_NEIGHBOURS) -> int:
+def hearing_level(peer_id: str, level: int, connected: Iterable[str], min_peers: int | None = None) -> int:
     """The finest level ≤ `level` at which at least `min_peers` connected peers share our shard
     (0 when none do at any level: level 0's topic is on every message). With nobody connected,
     `level` itself: there is nobody to fall back on."""
+    min_peers = MIN_SHARD_NEIGHBOURS if min_peers is None else min_peers
     peers = [p for p in connected if p != peer_id]
     if not peers:
         return level
@@ -119,7 +125,7 @@ def hearing_level(peer_id: str, level: int, connected: Iterable[str], min_peers:
 
 
 def subscriptions(root: str, peer_id: str, level: int, previous: int | None, connected: Iterable[str],
-                  min_peers: int = MIN_SHARD_NEIGHBOURS) -> tuple[str, ...]:
+                  min_peers: int | None = None) -> tuple[str, ...]:
     """Our shard's topic, the old one while a change settles, and a coarser one when too few
     connected peers share our shard."""
     levels = [level]
@@ -142,6 +148,24 @@ def publish_topics(root: str, peer_id: str, level: int, previous: int | None,
     if top < MAX_LEVEL and listened(finer):
         names.append(finer)
     return tuple(names)
+
+
+def shard_mates_to_dial(peer_id: str, level: int, connected: Iterable[str], announcers: Iterable[str],
+                        want: int | None = None) -> list[str]:
+    """Announcers of our shard (in the order given) to dial so that `want` connected peers share it."""
+    if level <= 0:
+        return []
+    want = SHARD_PEERS if want is None else want
+    mine = shard_of(peer_id, level)
+    connected = set(connected)
+    missing = want - sum(shard_of(p, level) == mine for p in connected if p != peer_id)
+    out: list[str] = []
+    for origin in announcers:
+        if len(out) >= missing:
+            break
+        if origin != peer_id and origin not in connected and origin not in out and shard_of(origin, level) == mine:
+            out.append(origin)
+    return out
 
 
 class ShardLevel:
