@@ -40,9 +40,9 @@ def say(**fields) -> None:
     sys.stdout.flush()
 
 
-def share(network: SwarmNetwork, round_no: int) -> int:
+def share(network: SwarmNetwork, groups, round_no: int) -> int:
     """What `SwarmNetwork.share` does with a round's groups, with real task groups and no model."""
-    body, ann = bundle_and_announcement(network.peer_id, real_groups(2), round_no, addrs=network.host.announce_addrs())
+    body, ann = bundle_and_announcement(network.peer_id, groups, round_no, addrs=network.host.announce_addrs())
     with network._own_lock:
         network._own[digest(body)] = body
     network.host.publish(ann)
@@ -77,6 +77,7 @@ def main(kind: str, home: str, port: int, bootstrap: str = "") -> None:
     network = SwarmNetwork(SwarmSettings(SWARM, "0.0.0.0", port, dial, (), False, 256 * 1024),
                            identity, Inbox(GroupPool()), Path(home), "smollm2-135m")
     network.start()
+    groups = real_groups(2)  # before "ready": generating tasks the first time takes seconds on a loaded machine
     say(ready=True, peer_id=identity.peer_id, addrs=network.listen_addrs)
     rng = np.random.default_rng(0)
     totals = {"bytes_in": 0, "bundle_bytes_in": 0, "failures": []}
@@ -92,7 +93,7 @@ def main(kind: str, home: str, port: int, bootstrap: str = "") -> None:
                 peers=network.host.connected_peers(), fetched=network._fetched, heard=network.board.peers_heard(),
                 **totals)
         elif cmd == "share":
-            size = share(network, int(args[0]))
+            size = share(network, groups, int(args[0]))
             say(cmd=cmd, size=size)
         elif cmd == "fetch":
             say(cmd=cmd, planned=network.plan_fetches(rng))

@@ -26,7 +26,7 @@ PORT = 4001
 CIRCUIT_OVERHEAD = 24 * 1024  # per relayed fetch: Noise, yamux, identify and gossip hello on a fresh circuit (measured ~6 KiB)
 
 
-def ask(proc, cmd: str, timeout: float = 20.0) -> dict:
+def ask(proc, cmd: str, timeout: float = 30.0) -> dict:
     """Send one command to a lab peer and return its JSON answer."""
     before = sum(1 for line in proc.lines if line.startswith('{"cmd"'))
     proc.send(cmd)
@@ -53,13 +53,13 @@ def until(proc, cmd: str, ok, timeout: float, every: float = 1.0) -> dict:
 
 def start_helper(lab: Lab, home: Path):
     proc = lab.spawn("pub", [sys.executable, PEER, "helper", str(home), str(PORT)], lifetime_s=220)
-    ready = json.loads(proc.expect('"ready"', timeout=40))
+    ready = json.loads(proc.expect('"ready"', timeout=90))
     return proc, f"/ip4/{lab.addr('pub')}/tcp/{PORT}/p2p/{ready['peer_id']}"
 
 
 def start_node(lab: Lab, role: str, home: Path, helper_addr: str):
     proc = lab.spawn(role, [sys.executable, PEER, "node", str(home), str(PORT), helper_addr], lifetime_s=220)
-    proc.peer_id = json.loads(proc.expect('"ready"', timeout=40))["peer_id"]
+    proc.peer_id = json.loads(proc.expect('"ready"', timeout=90))["peer_id"]
     return proc
 
 
