@@ -132,6 +132,9 @@ def test_a_port_forward_makes_a_node_reachable_directly(lab, tmp_path):
 
     states = trade(nodes, 1, 0)
     assert all(s["fetched"] == 1 and not s["failures"] for s in states.values()), states
-    # h2 dialled h1 directly; only h1's fetch from h2 crossed the relay
-    relayed = ask(helper, "state")["relayed_bytes"]
+    # h2 dialled h1 directly; only h1's fetch from h2 crossed the relay, and fetching through a
+    # helper takes no slot there: only h2 (relayed) holds one
+    figures = ask(helper, "state")
+    assert figures["reservations"] == 1, figures
+    relayed = figures["relayed_bytes"]
     assert states["h1"]["bundle_bytes_in"] <= relayed <= states["h1"]["bundle_bytes_in"] + CIRCUIT_OVERHEAD, relayed

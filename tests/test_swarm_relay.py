@@ -13,7 +13,7 @@ from swarmling.app.swarm.bundle_protocol import NO_ROUTE, NOT_THE_PEERS_FAULT, B
 from swarmling.app.swarm.dialer import DialCooldown
 from swarmling.app.swarm.host import HostSettings, SwarmHost
 from swarmling.app.swarm.identity import new_identity
-from swarmling.app.swarm.reachability import Reachability
+from swarmling.app.swarm.reachability import Reachability, ask_dialback, routable
 from swarmling.app.swarm.relay import circuit_addr, is_circuit, relay_of
 
 HELPER = "12D3KooWJFsZq7RUVzvjTkSAbMLhaniVx4fCR4fy9R58qHRcmGfV"
@@ -96,11 +96,92 @@ def test_an_author_without_relay_slots_is_dialled_at_its_addresses_in_order():
     assert cooldown.blocked(AUTHOR)
 
 
-def test_uploads_through_a_relay_are_bounded_per_window():
+def test_uploads_through_a_relay_are_bounded_per_window_in_all_and_per_peer():
     now = [0.0]
-    serves = RelayedServes(limit=3, window_s=60.0, clock=lambda: now[0])
-    assert [serves.take() for _ in range(4)] == [True, True, True, False]
+    serves = RelayedServes(limit=3, per_peer=2, window_s=60.0, clock=lambda: now[0])
+    assert [serves.take("a"), serves.take("a"), serves.take("a")] == [True, True, False]  # a's share
+    assert [serves.take("b"), serves.take("c")] == [True, False]  # all three taken
     now[0] = 30.0
-    assert not serves.take()
+    assert not serves.take("d")
     now[0] = 61.0  # the first three left the window
-    assert serves.take() and serves.refused == 2
+    assert serves.take("a") and serves.refused == 3
+
+
+class FakeStream:
+    def __init__(self, reply: bytes) -> None:
+        self.reply, self.written = reply, b""
+
+    async def write(self, data: bytes) -> None:
+        self.written += data
+
+    async def read(self, n: int) -> bytes:
+        chunk, self.reply = self.reply[:n], self.reply[n:]
+        return chunk
+
+    async def close(self) -> None:
+        pass
+
+
+class DialBackHost:
+    def __init__(self, reply: bytes) -> None:
+        self.stream = FakeStream(reply)
+
+    async def new_stream(self, peer, protocols):
+        return self.stream
+
+
+def test_only_a_dial_back_answer_about_our_own_port_is_believed():
+    def ask(reply: bytes):
+        host = DialBackHost(reply)
+        answer = trio.run(ask_dialback, host, "/swarmling/t/1/dialback", HELPER, 4001)
+        assert host.stream.written == b"4001\n"
+        return answer
+
+    assert ask(b"ok /ip4/198.18.1.1/tcp/4001\n") == ("ok", "/ip4/198.18.1.1/tcp/4001")
+    assert ask(b"no /ip4/198.18.1.1/tcp/4001\n") == ("no", "")
+    assert ask(b"ok /ip4/203.0.113.9/tcp/9999\n") == ("busy", "")  # not our port: a liar's address
+    assert ask(b"ok /dns4/evil.example/tcp/4001\n") == ("busy", "")
+    assert ask(b"busy\n") == ("busy", "")
+
+
+def test_a_helper_calls_public_only_what_peers_elsewhere_can_reach():
+    assert routable("203.0.113.7") is False  # documentation range: not global
+    assert routable("8.8.8.8") and routable("198.18.1.1")  # a public address; the lab's internet
+    assert not any(routable(ip) for ip in ("192.168.1.20", "10.0.0.5", "100.64.1.2", "127.0.0.1", "nonsense"))
+
+
+def test_a_helper_frees_the_slots_of_nodes_that_left(tmp_path):
+    from libp2p.relay.circuit_v2.resources import RelayLimits
+
+    from swarmling.app.swarm.relay import CountingRelay
+
+    relay = CountingRelay(SimpleHost(), RelayLimits(60, 1 << 20, 2, 8), allow_hop=True)
+    stayed, left = ID.from_base58(HELPER), ID.from_base58(AUTHOR)
+    relay.resource_manager.reserve(stayed)
+    relay.resource_manager.reserve(left)
+    assert relay.reservations() == 2 and relay.holds_slot(AUTHOR)
+    assert relay.drop_departed({stayed}) == 1
+    assert relay.reservations() == 1 and not relay.holds_slot(AUTHOR) and relay.holds_slot(HELPER)
+
+
+class SimpleHost:
+    """What py-libp2p's relay resource manager asks of its host (it signs vouchers with the key)."""
+
+    def __init__(self) -> None:
+        from libp2p.crypto.ed25519 import create_new_key_pair
+        from libp2p.peer.peerstore import PeerStore
+
+        self.key_pair = create_new_key_pair()
+        self._peerstore = PeerStore()
+
+    def get_id(self):
+        return ID.from_pubkey(self.key_pair.public_key)
+
+    def get_peerstore(self):
+        return self._peerstore
+
+    def get_private_key(self):
+        return self.key_pair.private_key
+
+    def get_public_key(self):
+        return self.key_pair.public_key

@@ -49,7 +49,7 @@ MAX_DIALING = 2  # dials to unconnected authors at once, apart from the transfer
 MAX_DIAL_ATTEMPTS = 3  # announced addresses tried per fetch (public or relayed first, by the author)
 # Uploads through a helper's relay cost the helper's bandwidth too: at most this many per window
 # (a round is about a minute on a CPU node), whoever asks.
-RELAYED_SERVES, RELAYED_WINDOW_S = 16, 60.0
+RELAYED_SERVES, RELAYED_SERVES_PER_PEER, RELAYED_WINDOW_S = 16, 4, 60.0
 FIRST_BYTE_S = 5.0  # the reply header must arrive (or leave) within this
 MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peers are cut off
 REQUEST_LINE_LIMIT = 80
@@ -159,7 +159,8 @@ class BundleExchange:
         leave its nodes shunning each other for minutes afterwards."""
         if self._cooldown.blocked(peer):
             return COOLING
-        attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid]
+        attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid
+                    and (not is_circuit(a) or relay_of(a))]  # a circuit must name its helper
         if self._dial_circuit is None:
             attempts = [a for a in attempts if not is_circuit(a)]
         elif any(is_circuit(a) for a in attempts):
@@ -221,7 +222,7 @@ class BundleExchange:
         peer = _remote_peer(stream)
         if peer in self._transient:
             self._transient[peer] = time.monotonic()
-        if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER or (_is_relayed(stream) and not self.relayed_serves.take()):
+        if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER or (_is_relayed(stream) and not self.relayed_serves.take(peer)):
             await _reset_quietly(stream)
             return
         self._serving[peer] = self._serving.get(peer, 0) + 1
@@ -277,21 +278,22 @@ async def _reset_quietly(stream) -> None:
 
 
 class RelayedServes:
-    """A sliding window of uploads over relayed connections (trio side only)."""
+    """A sliding window of uploads over relayed connections, in all and per peer (trio side only)."""
 
-    def __init__(self, limit: int = RELAYED_SERVES, window_s: float = RELAYED_WINDOW_S, clock=time.monotonic) -> None:
-        self._limit, self._window_s, self._clock = limit, window_s, clock
-        self._times: deque[float] = deque()
+    def __init__(self, limit: int = RELAYED_SERVES, per_peer: int = RELAYED_SERVES_PER_PEER,
+                 window_s: float = RELAYED_WINDOW_S, clock=time.monotonic) -> None:
+        self._limit, self._per_peer, self._window_s, self._clock = limit, per_peer, window_s, clock
+        self._times: deque[tuple[float, str]] = deque()
         self.refused = 0
 
-    def take(self) -> bool:
+    def take(self, peer: str = "") -> bool:
         now = self._clock()
-        while self._times and now - self._times[0] > self._window_s:
+        while self._times and now - self._times[0][0] > self._window_s:
             self._times.popleft()
-        if len(self._times) >= self._limit:
+        if len(self._times) >= self._limit or sum(p == peer for _, p in self._times) >= self._per_peer:
             self.refused += 1
             return False
-        self._times.append(now)
+        self._times.append((now, peer))
         return True
 
 

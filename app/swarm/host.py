@@ -83,6 +83,7 @@ CONNECTIONS = ConnectionConfig(max_connections=96, high_watermark=96, low_waterm
 HELPER_CONNECTIONS = ConnectionConfig(max_connections=256, high_watermark=256, low_watermark=0, min_connections=0,
                                       max_connections_per_peer=2)
 HELPER_KEEPS = 224
+SLOT_SWEEP_S = 30.0
 PUBLISH_QUEUE, FETCH_QUEUE = 64, 256  # items waiting for the trio thread; more are dropped
 PUBLISH_WAIT_S = 10.0  # longest a publish waits for peers' queues to drain
 
@@ -279,7 +280,8 @@ class SwarmHost:
         )
         self._host = host
         free_inbound_slots_on_close(host.get_network())
-        relay = CountingRelay(host, HELPER_LIMITS if s.helper else NODE_LIMITS, allow_hop=s.helper)
+        relay = CountingRelay(host, HELPER_LIMITS if s.helper else NODE_LIMITS, allow_hop=s.helper,
+                              stop_from=None if s.helper else lambda helper: helper in relay_client.reserved)
         if self._relay is not None:  # a restarted host: the figures carry on
             relay.relayed_bytes = self._relay.relayed_bytes
         self._relay = relay
@@ -327,6 +329,8 @@ class SwarmHost:
                     if relay_client is not None:
                         nursery.start_soon(keep_reachable, host, relay_client, self._reachability,
                                            s.dialback_protocol, self.peer_id, self._bound_port, self._dialled_by_id)
+                    else:
+                        nursery.start_soon(_free_departed_slots, host, relay)
                     await self._trio.until_stopped()
                     nursery.cancel_scope.cancel()
         finally:
@@ -337,8 +341,13 @@ class SwarmHost:
                 peerDiscovery.unregister_peer_discovered_handler(self._dialer.discovered)
 
     def _holds_slot(self, peer: str) -> bool:
+        """A helper keeps a node holding a relay slot, while it takes part in the swarm's gossip
+        (a slot alone protects nothing: identities are free)."""
         relay = self._relay
-        return relay is not None and relay.holds_slot(peer)
+        if relay is None or not relay.holds_slot(peer):
+            return False
+        topics = getattr(getattr(self, "_pubsub", None), "peer_topics", {})
+        return any(ID.from_base58(peer) in peers for peers in list(topics.values()))
 
     def _dialled_by_id(self) -> dict[str, str]:
         """Connected peers we dialled -> the address that worked (a helper's, for circuit addresses)."""
@@ -380,6 +389,16 @@ class SwarmHost:
             except Exception as exc:  # noqa: BLE001 — no peers, closing: the next round publishes again
                 log.info("publish failed: %s", exc)
             await trio.sleep(self.settings.publish_interval_s)
+
+
+async def _free_departed_slots(host, relay: CountingRelay) -> None:
+    """A helper frees the relay slots of nodes that left, every SLOT_SWEEP_S (py-libp2p keeps them
+    for their whole hour, so departed nodes would fill the helper)."""
+    while True:
+        await trio.sleep(SLOT_SWEEP_S)
+        freed = relay.drop_departed(set(host.get_connected_peers()))
+        if freed:
+            log.info("freed %d relay slot(s) of nodes that left", freed)
 
 
 def _tcp_port(addrs: list[str]) -> int:

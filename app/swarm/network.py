@@ -150,6 +150,8 @@ class SwarmNetwork:
         addrs = {h.origin: h.announcement.addrs for h in fresh}
         order = list(addrs)
         self._shard_rng.shuffle(order)
+        # an announcer behind NAT (it announces relay slots) cannot be dialled to hold a connection
+        order = [origin for origin in order if not any("/p2p-circuit" in a for a in addrs[origin])]
         for origin in shard_mates_to_dial(self.peer_id, level, self.host.connected_peers(), order):
             for addr in addrs[origin]:
                 if addr.endswith(f"/p2p/{origin}") and "/p2p-circuit" not in addr:

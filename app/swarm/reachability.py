@@ -16,6 +16,7 @@ The node's verdict (`Reachability`), kept up to date by `keep_reachable` on the 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 import time
@@ -27,7 +28,7 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from .relay import MAX_HELPERS, RESERVE_EVERY_S, RelayClient, circuit_addr, is_helper
+from .relay import MAX_HELPERS, RelayClient, circuit_addr, is_helper, remote_ip
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -37,6 +38,8 @@ DIALBACK_PER_PEER_EVERY_S = 20.0  # a helper dials a peer back at most this ofte
 DIALBACKS_AT_ONCE = 4
 RECHECK_EVERY_S = 600.0  # a verdict is re-checked this often (a router's port forward may change)
 TICK_S = 2.0  # how often the verdict is looked at (cheap: no traffic unless something is due)
+
+BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")
 
 State = Literal["unknown", "direct", "relayed", "unreachable"]
 
@@ -104,7 +107,7 @@ class DialBackServer:
 
     async def _serve(self, stream) -> None:
         peer = stream.muxed_conn.peer_id
-        ip = _remote_ip(stream)
+        ip = remote_ip(stream)
         now = time.monotonic()
         if ip is None or now - self._last.get(str(peer), -1e9) < DIALBACK_PER_PEER_EVERY_S:
             await stream.write(b"busy\n")
@@ -120,6 +123,9 @@ class DialBackServer:
             raise ValueError(f"bad port {port}")
         addr = f"/ip4/{ip}/tcp/{port}"
         reached = False
+        if not routable(ip):  # a node on the helper's own LAN (or behind carrier NAT) is not public
+            await stream.write(f"no {addr}\n".encode())
+            return
         async with self._limit:
             with trio.move_on_after(DIALBACK_TIMEOUT_S):
                 try:
@@ -132,8 +138,9 @@ class DialBackServer:
         await stream.write(f"{'ok' if reached else 'no'} {addr}\n".encode())
 
 
-async def ask_dialback(host, protocol: TProtocol, helper: str, port: int) -> str | None:
-    """Ask one helper to dial us back: our public address if it got through, else None."""
+async def ask_dialback(host, protocol: TProtocol, helper: str, port: int) -> tuple[str, str]:
+    """Ask one helper to dial us back: ("ok", our public address), ("no", ""), or ("busy", "")
+    when it could not say (rate-limited, gone, or an answer that is not about us)."""
     with trio.move_on_after(DIALBACK_TIMEOUT_S + REQUEST_TIMEOUT_S + 2.0):
         try:
             stream = await host.new_stream(ID.from_base58(helper), [protocol])
@@ -143,12 +150,15 @@ async def ask_dialback(host, protocol: TProtocol, helper: str, port: int) -> str
             finally:
                 with trio.move_on_after(2.0):
                     await stream.close()
-        except Exception as exc:  # noqa: BLE001 — not a helper, or gone
+        except Exception as exc:  # noqa: BLE001 — gone, or not a helper after all
             log.debug("dial-back via %s failed: %s", helper[:16], exc)
-            return None
-        if len(answer) == 2 and answer[0] == "ok":
-            return answer[1]
-    return None
+            return "busy", ""
+        if len(answer) == 2 and answer[0] in ("ok", "no"):
+            parts = answer[1].split("/")
+            # only an answer about our own listen port on an IPv4 address is believed
+            if len(parts) == 5 and parts[1] == "ip4" and parts[3] == "tcp" and parts[4] == str(port):
+                return answer[0], answer[1] if answer[0] == "ok" else ""
+    return "busy", ""
 
 
 async def keep_reachable(host, client: RelayClient, board: ReachabilityBoard, protocol: TProtocol,
@@ -161,16 +171,18 @@ async def keep_reachable(host, client: RelayClient, board: ReachabilityBoard, pr
     public, checked_at, asked = "", 0.0, ()
     while True:
         connected = [p.to_base58() for p in host.get_connected_peers()]
-        helpers = sorted(p for p in connected if is_helper(host, p))
+        helpers = sorted(p for p in connected if is_helper(host, p, str(protocol)))
         for gone in set(client.reserved) - set(helpers):
             client.forget(gone)
         now = time.monotonic()
         if helpers and (not asked or now - checked_at > RECHECK_EVERY_S or not set(asked) & set(helpers)):
             asked, checked_at, public = tuple(helpers[:MAX_HELPERS]), now, ""
-            for helper in asked:
-                public = await ask_dialback(host, protocol, helper, port) or ""
-                if public:
-                    break
+            answers = [await ask_dialback(host, protocol, helper, port) for helper in asked]
+            public = next((addr for verdict, addr in answers if verdict == "ok"), "")
+            if not public and any(verdict == "busy" for verdict, _ in answers):
+                # no verdict yet (a helper that just dialled us back, as `doctor` makes it do):
+                # ask again once its rate limit has passed
+                checked_at = now - RECHECK_EVERY_S + DIALBACK_PER_PEER_EVERY_S + 1.0
         if not helpers:
             asked = ()
             board.set(Reachability(checked_at=board.get().checked_at))
@@ -191,19 +203,14 @@ async def keep_reachable(host, client: RelayClient, board: ReachabilityBoard, pr
         await trio.sleep(TICK_S)
 
 
-def _remote_ip(stream) -> str | None:
-    """The IPv4 address the stream's connection comes from; None when relayed or unknown."""
+def routable(ip: str) -> bool:
+    """An address peers elsewhere on the internet can reach: global, or in 198.18.0.0/15 (RFC 2544
+    benchmarking: never routed on the internet, so only labs use it; tests/netlab.py does)."""
     try:
-        addrs = [str(a) for a in stream.muxed_conn.get_transport_addresses()]
-    except Exception:  # noqa: BLE001
-        return None
-    for addr in addrs:
-        parts = addr.split("/")
-        if "p2p-circuit" in parts:
-            return None
-        if len(parts) > 2 and parts[1] == "ip4":
-            return parts[2]
-    return None
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return address.is_global or address in BENCHMARK_NET
 
 
 async def _read_line(stream, limit: int) -> bytes:

@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import multiaddr
 import trio
 from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
 from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL
 from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
@@ -44,6 +47,9 @@ log = logging.getLogger("swarmling.swarm")
 HELPER_LIMITS = RelayLimits(duration=120, data=4 << 20, max_circuit_conns=8, max_reservations=256,
                             reservation_ttl=3600)
 NODE_LIMITS = RelayLimits(duration=120, data=4 << 20, max_circuit_conns=8, max_reservations=0)
+SLOTS_PER_IP = 8  # volunteers behind one router share an address
+CIRCUITS_PER_SOURCE = 8  # circuits one peer may have open through a helper at once
+PEER_BYTES_PER_HOUR = 64 << 20  # relayed from one peer: ~130 fetches of a 512 KiB bundle, hundreds of typical ones
 RESERVE_EVERY_S = 30.0
 RETRY_S = 10.0  # a helper that refused (full) or did not answer is asked again after this
 RESERVE_TIMEOUT_S = 10.0
@@ -78,14 +84,57 @@ class _Forgetful(dict):
 
 
 class CountingRelay(CircuitV2Protocol):
-    """The hop (and stop) side of circuit relay v2, counting what it copies; each circuit closes
-    its own streams and lasts at most its duration, idle or not."""
+    """The hop (and stop) side of circuit relay v2, counting what it copies, with the per-peer
+    bounds py-libp2p 0.8.1 lacks:
+    - a slot is for the peer asking (0.8.1 reserved for any peer id the request named: one stream
+      could take every slot), at most SLOTS_PER_IP per address (a household's nodes share one),
+      and a slot whose holder disconnected is freed (`drop_departed`) rather than held an hour;
+    - at most CIRCUITS_PER_SOURCE circuits open at once from one peer (0.8.1 counted only the
+      destination's), and at most PEER_BYTES_PER_HOUR relayed from one peer;
+    - each circuit closes its own streams and lasts at most its duration, idle or not;
+    - a node (no hop) accepts relayed connections only through helpers it holds a slot on."""
 
-    def __init__(self, host, limits: RelayLimits, allow_hop: bool) -> None:
+    def __init__(self, host, limits: RelayLimits, allow_hop: bool, stop_from: Callable[[str], bool] | None = None) -> None:
         super().__init__(host, limits=limits, allow_hop=allow_hop)
         self._active_relays = _Forgetful()
+        self._stop_from = stop_from  # relays we accept circuits through; None: any (a helper)
         self.relayed_bytes = 0
         self._directions = 0  # relay loops running: two per circuit
+        self._slot_ip: dict[ID, str] = {}
+        self._circuits_from: dict[ID, int] = {}
+        self._bytes_from: dict[ID, int] = {}
+        self._bytes_since = time.monotonic()
+
+    async def _handle_reserve(self, stream, msg) -> None:  # type: ignore[override]
+        peer = stream.muxed_conn.peer_id
+        msg.peer.id = peer.to_bytes()  # a slot for the peer asking, never for an id it names
+        ip = remote_ip(stream) or "?"
+        if not self.resource_manager.has_reservation(peer) and \
+                sum(1 for p, a in self._slot_ip.items() if a == ip and self.holds_slot(p.to_base58())) >= SLOTS_PER_IP:
+            await self._send_status(stream, StatusCode.RESOURCE_LIMIT_EXCEEDED, "too many slots from this address")
+            return
+        self._slot_ip[peer] = ip
+        await super()._handle_reserve(stream, msg)
+
+    async def _handle_connect(self, stream, msg) -> None:  # type: ignore[override]
+        source = stream.muxed_conn.peer_id
+        if self._circuits_from.get(source, 0) >= CIRCUITS_PER_SOURCE:
+            await self._send_status(stream, StatusCode.RESOURCE_LIMIT_EXCEEDED, "too many circuits from this peer")
+            await stream.reset()
+            return
+        self._circuits_from[source] = self._circuits_from.get(source, 0) + 1
+        try:
+            await super()._handle_connect(stream, msg)
+        finally:
+            self._circuits_from[source] -= 1
+            if not self._circuits_from[source]:
+                del self._circuits_from[source]
+
+    async def _handle_stop_stream(self, stream) -> None:  # type: ignore[override]
+        if self._stop_from is not None and not self._stop_from(stream.muxed_conn.peer_id.to_base58()):
+            await stream.reset()  # a circuit through a relay we never asked for a slot
+            return
+        await super()._handle_stop_stream(stream)
 
     async def _relay_data(self, src_stream, dst_stream, peer_id, deadline=None, circuit_data_limit=None) -> None:  # type: ignore[override]
         self._directions += 1
@@ -103,13 +152,27 @@ class CountingRelay(CircuitV2Protocol):
         # The one place py-libp2p 0.8.1's relay loop reads what it then writes to the other side.
         data = await super()._read_stream_with_retry(stream, max_retries)
         if data:
+            if time.monotonic() - self._bytes_since > 3600.0:
+                self._bytes_from, self._bytes_since = {}, time.monotonic()
+            sender = stream.muxed_conn.peer_id
+            self._bytes_from[sender] = self._bytes_from.get(sender, 0) + len(data)
+            if self._bytes_from[sender] > PEER_BYTES_PER_HOUR:
+                return None  # ends this circuit as if the sender had closed it
             self.relayed_bytes += len(data)
         return data
 
-    def reservations(self) -> int:
+    def drop_departed(self, connected: set[ID]) -> int:
+        """Free the slots of peers no longer connected (trio side); how many were freed."""
         manager = self.resource_manager
-        manager._clean_expired()
-        return len(manager._reservations)
+        gone = [p for p in list(manager._reservations) if p not in connected]
+        for peer in gone:
+            manager._reservations.pop(peer, None)
+            self._slot_ip.pop(peer, None)
+        return len(gone)
+
+    def reservations(self) -> int:
+        """Slots held now (any thread: counts without touching py-libp2p's state)."""
+        return sum(not r.is_expired() for r in list(self.resource_manager._reservations.values()))
 
     def holds_slot(self, peer: str) -> bool:
         reservation = self.resource_manager._reservations.get(ID.from_base58(peer))
@@ -124,7 +187,9 @@ class RelayClient:
 
     def __init__(self, host, relay: CountingRelay) -> None:
         self._host = host
-        self._transport = CircuitV2Transport(host, relay, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
+        # STOP only: with CLIENT, py-libp2p's own dial reserved a slot on the author's helper before
+        # every circuit dial (each fetcher then held one for an hour); we reserve by hand.
+        self._transport = CircuitV2Transport(host, relay, RelayConfig(roles=RelayRole.STOP))
         self.reserved: dict[str, float] = {}  # helper peer id -> when the last reservation succeeded
         self._tried: dict[str, float] = {}  # helper peer id -> when we last asked it
 
@@ -162,13 +227,37 @@ class RelayClient:
         self._tried.pop(helper, None)
 
     async def dial(self, addr: str) -> None:
-        """Connect to a peer at a /p2p-circuit address (raises when the helper or the peer refuses)."""
-        await self._transport.dial(multiaddr.Multiaddr(addr))
+        """Connect to a peer at a /p2p-circuit address through the helper it names (raises when
+        the helper or the peer refuses). The CONNECT goes to that helper only: py-libp2p's own
+        dial first tried every circuit address it ever stored for the peer (a helper it has left)."""
+        maddr = multiaddr.Multiaddr(addr)
+        relay_maddr, dest = self._transport.parse_circuit_ma(maddr)
+        relay = ID.from_base58(relay_of(addr))
+        if relay not in self._host.get_connected_peers():  # another helper: its address is in the circuit's
+            self._host.get_peerstore().add_addrs(relay, [relay_maddr.decapsulate(multiaddr.Multiaddr(f"/p2p/{relay}"))], 600)
+        raw = await self._transport._dial_via_circuit_addr(maddr, PeerInfo(dest, [maddr]))
+        await self._host.upgrade_outbound_connection(raw, dest)
 
 
-def is_helper(host, peer: str) -> bool:
-    """Identify told us the peer runs the relay's hop side."""
+def is_helper(host, peer: str, dialback: str) -> bool:
+    """Identify told us the peer is one of our swarm's helpers: it serves our swarm's dial-back
+    protocol and the relay's hop (any libp2p relay is not: its limits and answers are not ours)."""
     try:
-        return bool(host.get_peerstore().supports_protocols(ID.from_base58(peer), [str(HOP_PROTOCOL)]))
+        return len(host.get_peerstore().supports_protocols(ID.from_base58(peer), [dialback, str(HOP_PROTOCOL)])) == 2
     except Exception:  # noqa: BLE001 — unknown peer
         return False
+
+
+def remote_ip(stream) -> str | None:
+    """The IP address the stream's connection comes from; None when relayed or unknown."""
+    try:
+        addrs = [str(a) for a in stream.muxed_conn.get_transport_addresses()]
+    except Exception:  # noqa: BLE001
+        return None
+    for addr in addrs:
+        parts = addr.split("/")
+        if "p2p-circuit" in parts:
+            return None
+        if len(parts) > 2 and parts[1] in ("ip4", "ip6"):
+            return parts[2]
+    return None
