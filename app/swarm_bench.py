@@ -19,7 +19,7 @@ fetched, the shard count in use, and (PubsubTally) where the pubsub bytes go.
 The model behind the 10,000-node line: per round a node receives its fetched bundles (bounded by
 the budget: ≤ 8 bundles, ≤ 256 KiB) plus, for each announcer of its shard, the announcement about
 once per mesh peer that forwards it (py-libp2p's mesh takes every connection up to degree_high
-12: measured 8–12 copies) with its envelope and the signed peer record py-libp2p adds to every
+12: measured 16 copies at 16 nodes on one topic, 3 in 64 nodes' small shard meshes) with its envelope and the signed peer record py-libp2p adds to every
 RPC. The shard count keeps announcers per shard within MERGE_BELOW..SPLIT_ABOVE (12..32; a change
 lands at ≤ 24), so that part is bounded whatever the swarm's size: the per-announcement cost
 measured at the largest size, times the announcers of one shard, plus the bundles. Figures:
