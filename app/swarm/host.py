@@ -62,7 +62,7 @@ from .peerstore import DialablePeerstore
 from .pubsub_guard import GuardedPubsub
 from .shard_topics import ShardTopics
 from .reachability import DialBackServer, Reachability, ReachabilityBoard, dialback_protocol, keep_reachable
-from .relay import HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, is_circuit
+from .relay import HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, is_circuit, relayed_only
 from .supervision import HealthBoard, HostHealth, RestartBackoff, describe
 from .trio_bridge import TrioThread
 
@@ -168,7 +168,8 @@ class SwarmHost:
         self._dialer = Dialer(self.peer_id)
         self.cooldown = DialCooldown()  # bundle authors we could not dial lately
         self._keeper = ConnectionKeeper(
-            lambda peer: self._dialer.is_target(peer) or keeps_peer(peer) or self._holds_slot(peer), peer_rank,
+            lambda peer: (self._dialer.is_target(peer) or keeps_peer(peer) or self._holds_slot(peer)
+                          or self._relayed_only(peer)), peer_rank,
             keep_at_most=HELPER_KEEPS if settings.helper else KEEP_AT_MOST)
         self._publish_send: trio.MemorySendChannel | None = None
         self._fetch_send: trio.MemorySendChannel | None = None
@@ -339,6 +340,12 @@ class SwarmHost:
                 from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
                 peerDiscovery.unregister_peer_discovered_handler(self._dialer.discovered)
+
+    def _relayed_only(self, peer: str) -> bool:
+        """Connected only through a helper's relay: made for fetches, which close it once idle
+        (bundle_protocol.close_idle); it never joins gossip, so the keeper must not call it silent."""
+        host = getattr(self, "_host", None)
+        return host is not None and relayed_only(host, ID.from_base58(peer))
 
     def _holds_slot(self, peer: str) -> bool:
         """A helper keeps a node holding a relay slot, while it takes part in the swarm's gossip

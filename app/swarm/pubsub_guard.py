@@ -26,6 +26,8 @@ from libp2p.crypto.serialization import deserialize_public_key
 from libp2p.peer.id import ID
 from libp2p.pubsub.pubsub import Pubsub
 
+from .relay import relayed_only
+
 log = logging.getLogger("swarmling.swarm")
 
 MAX_SEQNO_BYTES = 32  # libp2p uses 8
@@ -74,7 +76,17 @@ class GuardedPubsub(Pubsub):
             log.warning("py-libp2p failed on a message from %s (dropped): %r", msg_forwarder, exc)
             self._count_invalid(msg_forwarder, msg)
 
+    async def _handle_new_peer(self, peer_id: ID) -> None:
+        # Gossip never rides a helper's relay: a circuit is made for one fetch, and announcements
+        # copied over it would cross the helper twice (and keep the circuit busy).
+        if relayed_only(self.host, peer_id):
+            return
+        await super()._handle_new_peer(peer_id)
+
     async def stream_handler(self, stream) -> None:
+        if relayed_only(self.host, stream.muxed_conn.peer_id):
+            await _reset_quietly(stream)
+            return
         try:
             await super().stream_handler(stream)
         except Exception as exc:  # noqa: BLE001 — e.g. the router choking on a control message
@@ -96,3 +108,10 @@ class GuardedPubsub(Pubsub):
                 scorer.on_invalid_message(forwarder, topic)
             except Exception:  # noqa: BLE001 — scoring is best effort
                 pass
+
+
+async def _reset_quietly(stream) -> None:
+    try:
+        await stream.reset()
+    except Exception:  # noqa: BLE001 — already gone
+        pass

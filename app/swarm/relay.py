@@ -248,6 +248,17 @@ def is_helper(host, peer: str, dialback: str) -> bool:
         return False
 
 
+def relayed_only(host, peer: ID) -> bool:
+    """Every connection we have with `peer` runs through a helper's relay (and there is one)."""
+    conns = host.get_network().connections.get(peer) or []
+    if not isinstance(conns, list):
+        conns = [conns]
+    try:
+        return bool(conns) and all(any(CIRCUIT in str(a) for a in c.get_transport_addresses()) for c in conns)
+    except Exception:  # noqa: BLE001 — a connection closing under us: not known to be relayed
+        return False
+
+
 def remote_ip(stream) -> str | None:
     """The IP address the stream's connection comes from; None when relayed or unknown."""
     try:
