@@ -4,7 +4,10 @@ py-libp2p 0.8.1's AutoNAT (v1) cannot answer this: its server dials back over th
 already has, so every node looks reachable (measured in the lab). Instead, a helper serves a tiny
 dial-back protocol: a node sends the TCP port it listens on, and the helper opens a *fresh*
 connection to the address the request came from (that IP, that port; never another IP, so a
-helper cannot be made to dial third parties) and answers whether it got through.
+helper cannot be made to dial third parties; and only a routable one: a node on the helper's own
+LAN, or behind carrier NAT, is not public) and answers whether it got through. Helpers are the
+peers that serve this protocol and the relay's hop; the node believes only an answer about its own
+port, and a helper that cannot answer yet ("busy": it dialled us back moments ago) gives no verdict.
 
 The node's verdict (`Reachability`), kept up to date by `keep_reachable` on the host's trio thread:
 - "direct": a helper reached us at our public address, which we announce first;
