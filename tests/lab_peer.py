@@ -91,6 +91,7 @@ def main(kind: str, home: str, port: int, bootstrap: str = "") -> None:
             totals["failures"] += stats["fetch_failures"]
             say(cmd=cmd, state=reach.state, describe=reach.describe(), announce=network.host.announce_addrs(),
                 peers=network.host.connected_peers(), fetched=network._fetched, heard=network.board.peers_heard(),
+                announcements=network.board.received,
                 **totals)
         elif cmd == "share":
             size = share(network, groups, int(args[0]))

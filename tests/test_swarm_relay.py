@@ -185,3 +185,18 @@ class SimpleHost:
 
     def get_public_key(self):
         return self.key_pair.public_key
+
+
+def test_a_circuit_that_is_slow_to_open_is_held_against_nobody(monkeypatch):
+    import swarmling.app.swarm.bundle_protocol as bp
+
+    monkeypatch.setattr(bp, "CIRCUIT_DIAL_TIMEOUT_S", 0.05)
+    host, cooldown = FakeHost(connected=(HELPER,)), DialCooldown()
+    ex = exchange(host, cooldown)
+
+    async def hangs(addr: str) -> None:
+        await trio.sleep(10)
+
+    ex._dial_circuit = hangs
+    why = trio.run(ex._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
+    assert why == bp.SLOW_CIRCUIT and why in NOT_THE_PEERS_FAULT and not cooldown.blocked(AUTHOR)

@@ -59,7 +59,9 @@ ABANDONED = "not fetched: the swarm host stopped first"
 IN_FLIGHT = "a fetch from this peer is already in flight"
 COOLING = "could not be dialled lately: not tried again yet"
 NO_ROUTE = "not fetched: the helper relaying for this peer could not be reached"
-NOT_THE_PEERS_FAULT = frozenset({ABANDONED, IN_FLIGHT, COOLING, NO_ROUTE})  # outcomes that say nothing of the peer
+SLOW_CIRCUIT = "not fetched: the circuit through the peer's helper did not open in time"
+CIRCUIT_DIAL_TIMEOUT_S = 10.0  # two hops and three parties' handshakes
+NOT_THE_PEERS_FAULT = frozenset({ABANDONED, IN_FLIGHT, COOLING, NO_ROUTE, SLOW_CIRCUIT})  # outcomes that say nothing of the peer
 
 BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we still have it
 FetchDone = Callable[[str, str, bytes | None, str, float], None]  # peer, digest, body|None, why, seconds
@@ -156,7 +158,9 @@ class BundleExchange:
         relay slots is dialled only through them (its other addresses are its LAN's, whose
         peers find it by mDNS), and when none of its helpers could be reached the author is not
         to blame (NO_ROUTE: no cooldown, no mark on its record): a helper that restarts must not
-        leave its nodes shunning each other for minutes afterwards."""
+        leave its nodes shunning each other for minutes afterwards. A circuit that neither opens
+        nor is refused within CIRCUIT_DIAL_TIMEOUT_S says as little (three parties' handshakes, any
+        of them slow): SLOW_CIRCUIT, tried again next round, not held against the author."""
         if self._cooldown.blocked(peer):
             return COOLING
         attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid
@@ -175,14 +179,14 @@ class BundleExchange:
                 if not why:
                     self._cooldown.succeeded(peer)
                     return ""
-                blamed = blamed or helper_up
+                blamed = blamed or (helper_up and why != SLOW_CIRCUIT)
         if not blamed:
-            return NO_ROUTE
+            return why if why == SLOW_CIRCUIT else NO_ROUTE
         self._cooldown.failed(peer)
         return why
 
     async def _dial_one(self, addr: str) -> str:
-        with trio.move_on_after(DIAL_TIMEOUT_S):
+        with trio.move_on_after(CIRCUIT_DIAL_TIMEOUT_S if is_circuit(addr) else DIAL_TIMEOUT_S):
             try:
                 if is_circuit(addr):
                     await self._dial_circuit(addr)
@@ -193,7 +197,7 @@ class BundleExchange:
                 return ""
             except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
                 return f"dial failed: {type(exc).__name__}: {exc}"[:200]
-        return f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
+        return SLOW_CIRCUIT if is_circuit(addr) else f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
 
     async def close_idle(self) -> None:
         """Close connections made only for fetches once no bundle has crossed them for IDLE_CLOSE_S.
