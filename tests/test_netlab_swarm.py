@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from netlab import Lab, lab  # noqa: F401 — `lab` is the fixture
@@ -124,8 +125,9 @@ def test_two_volunteers_behind_nats_train_on_each_other_through_a_helper(lab, tm
     assert wait_until(relayed_again, 300, 2.0), {r: records(h)[-3:] for r, h in homes.items()}
 
     # 5. a clean stop
-    for proc in procs.values():
-        proc.popen.send_signal(signal.SIGTERM)
+    for proc in procs.values():  # to the node itself: the lab's `timeout` wrapper would answer 124/143
+        for child in psutil.Process(proc.popen.pid).children(recursive=True):
+            child.send_signal(signal.SIGTERM)
     for role, proc in procs.items():
         assert proc.wait(60) == 0, proc.output[-3000:]
         assert "Traceback" not in proc.output, proc.output[-3000:]
