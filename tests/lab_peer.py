@@ -34,6 +34,24 @@ from swarmling.app.swarm.pool import GroupPool  # noqa: E402
 from swarmling.app.swarm.wire import digest  # noqa: E402
 
 
+def ask(proc, cmd: str, timeout: float = 30.0) -> dict:
+    """From a test or script: send one command to a lab peer (a netlab LabProcess) and return its
+    JSON answer; AssertionError with the peer's output when none comes within `timeout`."""
+    import time
+
+    before = sum(1 for line in proc.lines if line.startswith('{"cmd"'))
+    proc.send(cmd)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answers = [line for line in list(proc.lines) if line.startswith('{"cmd"')]
+        if len(answers) > before:
+            return json.loads(answers[before])
+        if proc.popen.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"{proc.role}: no answer to {cmd!r}; output:\n" + "\n".join(proc.lines[-30:]))
+
+
 def say(**fields) -> None:
     # One write per line: stderr shares the pipe, and a log line must not land inside an answer.
     sys.stdout.write(json.dumps(fields) + "\n")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from lab_peer import ask
 from netlab import Lab, lab  # noqa: F401 — `lab` is the fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -24,21 +25,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 PEER = str(Path(__file__).with_name("lab_peer.py"))
 PORT = 4001
 CIRCUIT_OVERHEAD = 24 * 1024  # per relayed fetch: Noise, yamux, identify and gossip hello on a fresh circuit (measured ~6 KiB)
-
-
-def ask(proc, cmd: str, timeout: float = 30.0) -> dict:
-    """Send one command to a lab peer and return its JSON answer."""
-    before = sum(1 for line in proc.lines if line.startswith('{"cmd"'))
-    proc.send(cmd)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        answers = [line for line in list(proc.lines) if line.startswith('{"cmd"')]
-        if len(answers) > before:
-            return json.loads(answers[before])
-        if proc.popen.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"{proc.role}: no answer to {cmd!r}; output:\n" + "\n".join(proc.lines[-30:]))
 
 
 def until(proc, cmd: str, ok, timeout: float, every: float = 1.0) -> dict:

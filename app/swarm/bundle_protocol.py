@@ -139,7 +139,7 @@ class BundleExchange:
                     try:
                         return await _request(stream, digest, max_bytes)
                     finally:
-                        await _reset_quietly(stream)
+                        await reset_quietly(stream)
             assert scope.cancelled_caught
             return None, f"fetch timed out after {self._timeout_s:.0f} s"
         except Exception as exc:  # noqa: BLE001 — the peer vanished, reset, spoke nonsense
@@ -227,7 +227,7 @@ class BundleExchange:
         if peer in self._transient:
             self._transient[peer] = time.monotonic()
         if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER or (_is_relayed(stream) and not self.relayed_serves.take(peer)):
-            await _reset_quietly(stream)
+            await reset_quietly(stream)
             return
         self._serving[peer] = self._serving.get(peer, 0) + 1
         try:
@@ -241,14 +241,14 @@ class BundleExchange:
             self._serving[peer] -= 1
             if not self._serving[peer]:
                 del self._serving[peer]
-        await _reset_quietly(stream)
+        await reset_quietly(stream)
 
     async def _answer(self, stream) -> bool:
         """Read the request and write the reply; False when a deadline or a slot ran out."""
         with trio.move_on_after(SERVE_QUEUE_S):
             async with self._serve_limit:
                 with trio.move_on_after(REQUEST_TIMEOUT_S):
-                    request = await _read_line(stream, REQUEST_LINE_LIMIT)
+                    request = await read_line(stream, REQUEST_LINE_LIMIT)
                     body = self._source(request.decode("ascii", "replace"))
                     reply = struct.pack(">I", 0) if body is None else struct.pack(">I", len(body)) + body
                     with trio.move_on_after(FIRST_BYTE_S + len(reply) / MIN_RATE_BPS) as writing:
@@ -274,7 +274,7 @@ async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, s
     return None, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s"
 
 
-async def _reset_quietly(stream) -> None:
+async def reset_quietly(stream) -> None:
     try:
         await stream.reset()
     except Exception:  # noqa: BLE001 — already closed or gone
@@ -334,7 +334,7 @@ async def _read_exact(stream, n: int) -> bytes:
     return b"".join(parts)
 
 
-async def _read_line(stream, limit: int) -> bytes:
+async def read_line(stream, limit: int) -> bytes:
     data = b""
     while not data.endswith(b"\n"):
         if len(data) >= limit:

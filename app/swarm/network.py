@@ -34,6 +34,7 @@ from .board import Board
 from .bundle_protocol import NOT_THE_PEERS_FAULT
 from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
 from .reachability import Reachability
+from .relay import is_circuit
 from .identity import Identity
 from .inbox import Inbox
 from .reputation import Reputation
@@ -151,10 +152,10 @@ class SwarmNetwork:
         order = list(addrs)
         self._shard_rng.shuffle(order)
         # an announcer behind NAT (it announces relay slots) cannot be dialled to hold a connection
-        order = [origin for origin in order if not any("/p2p-circuit" in a for a in addrs[origin])]
+        order = [origin for origin in order if not any(is_circuit(a) for a in addrs[origin])]
         for origin in shard_mates_to_dial(self.peer_id, level, self.host.connected_peers(), order):
             for addr in addrs[origin]:
-                if addr.endswith(f"/p2p/{origin}") and "/p2p-circuit" not in addr:
+                if addr.endswith(f"/p2p/{origin}") and not is_circuit(addr):
                     try:
                         self.host.meet(addr)
                         break

@@ -26,6 +26,7 @@ from libp2p.crypto.serialization import deserialize_public_key
 from libp2p.peer.id import ID
 from libp2p.pubsub.pubsub import Pubsub
 
+from .bundle_protocol import reset_quietly
 from .relay import relayed_only
 
 log = logging.getLogger("swarmling.swarm")
@@ -85,7 +86,7 @@ class GuardedPubsub(Pubsub):
 
     async def stream_handler(self, stream) -> None:
         if relayed_only(self.host, stream.muxed_conn.peer_id):
-            await _reset_quietly(stream)
+            await reset_quietly(stream)
             return
         try:
             await super().stream_handler(stream)
@@ -108,10 +109,3 @@ class GuardedPubsub(Pubsub):
                 scorer.on_invalid_message(forwarder, topic)
             except Exception:  # noqa: BLE001 — scoring is best effort
                 pass
-
-
-async def _reset_quietly(stream) -> None:
-    try:
-        await stream.reset()
-    except Exception:  # noqa: BLE001 — already gone
-        pass

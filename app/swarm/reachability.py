@@ -31,6 +31,7 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
+from .bundle_protocol import read_line
 from .relay import MAX_HELPERS, RelayClient, circuit_addr, is_helper, remote_ip
 
 log = logging.getLogger("swarmling.swarm")
@@ -120,7 +121,7 @@ class DialBackServer:
             for key in sorted(self._last, key=self._last.get)[:1024]:
                 del self._last[key]
         with trio.fail_after(REQUEST_TIMEOUT_S):
-            line = await _read_line(stream, 8)
+            line = await read_line(stream, 8)
         port = int(line)
         if not 0 < port < 65536:
             raise ValueError(f"bad port {port}")
@@ -149,7 +150,7 @@ async def ask_dialback(host, protocol: TProtocol, helper: str, port: int) -> tup
             stream = await host.new_stream(ID.from_base58(helper), [protocol])
             try:
                 await stream.write(f"{port}\n".encode())
-                answer = (await _read_line(stream, 128)).decode("ascii", "replace").split()
+                answer = (await read_line(stream, 128)).decode("ascii", "replace").split()
             finally:
                 with trio.move_on_after(2.0):
                     await stream.close()
@@ -214,15 +215,3 @@ def routable(ip: str) -> bool:
     except ValueError:
         return False
     return address.is_global or address in BENCHMARK_NET
-
-
-async def _read_line(stream, limit: int) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        if len(data) >= limit:
-            raise ValueError("line too long")
-        chunk = await stream.read(1)
-        if not chunk:
-            raise EOFError("ended early")
-        data += chunk
-    return data[:-1]
