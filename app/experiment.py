@@ -140,6 +140,7 @@ def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[Ba
     options.out.mkdir(parents=True, exist_ok=True)
     configs = [(mix, seed) for mix in options.mixes for seed in range(options.seeds)]
     total = len(configs) * options.nodes * options.rounds
+    base_evals: dict = {}  # the base model's held-out score, measured once per model (greedy: the same for all)
     with _Progress(total, show_progress) as progress:
         for mix, seed in configs:
             run_dir = options.out / "runs" / f"{mix.local}-{mix.external}" / f"seed-{seed}"
@@ -150,7 +151,8 @@ def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[Ba
                 config = _node_config(options, mix, seed, k, model)
                 node_paths = replace(resolve_paths(run_dir / f"node-{k}"), cache_dir=paths.cache_dir)
                 node_id = peer_id(f"{run_dir}/{k}")
-                nodes.append(Node(config, node_paths, build=build, connect=exchange.member(node_id, config.model.name)))
+                nodes.append(Node(config, node_paths, build=build, connect=exchange.member(node_id, config.model.name),
+                                  base_evals=base_evals))
             try:
                 for node in nodes:
                     node.start()

@@ -60,7 +60,7 @@ rounds_log.propagate = False
 class Node:
     def __init__(self, config: Config, paths: Paths, listener: Listener | None = None,
                  hardware: Hardware | None = None, build: BackendBuilder = build_backend,
-                 connect: SwarmOpener = open_swarm) -> None:
+                 connect: SwarmOpener = open_swarm, base_evals: dict | None = None) -> None:
         self.config = config
         self.paths = paths.ensure()
         self.hardware = hardware or detect()
@@ -86,6 +86,8 @@ class Node:
         # The held-out score of the weights the node started from, for its first round's record.
         self._start_eval: EvalResult | None = None
         self._start_evaluated = False
+        # An experiment's nodes that start from the same base model share its (deterministic) score.
+        self._base_evals = base_evals
         self.swarm = OfflineSwarm(self.emit)
         # The services around the loop.
         self._lock = StateDirLock(self.paths.state_dir)
@@ -331,10 +333,13 @@ class Node:
         """The held-out score of the weights the node starts from (the base model on a fresh start)."""
         if not self.config.eval.every_rounds or self._start_evaluated:
             return
+        shared_key = (self.model.name, self.preset.name, self.config.reward.prefill_answer, self.resolved.max_new_tokens)
+        shared = self._base_evals if self._base_evals is not None and self.round == 0 else {}
         try:
-            self._start_eval = self._evaluate(self.round, self._drops_round)
+            self._start_eval = shared.get(shared_key) or self._evaluate(self.round, self._drops_round)
         except Abandoned:
             return  # paused or stopped at once: the first eval round measures it later
+        shared[shared_key] = self._start_eval
         self._start_evaluated = True
 
     def _evaluate(self, weights_round: int, should_stop=None) -> EvalResult:
