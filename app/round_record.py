@@ -42,6 +42,11 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     host_restarts: int = 0  # times the supervised libp2p host was restarted since the node started
     # Whether peers could dial this node (swarm/reachability.py): direct, relayed, unreachable, unknown.
     reachability: str = ""
+    # GossipSub's view: peers with a pubsub stream, peers in this node's meshes, and the lowest
+    # score it gives any of them (below -80 a peer is graylisted: nothing it sends is read).
+    gossip_peers: int = 0
+    mesh_peers: int = 0
+    lowest_gossip_score: float | None = None
     shards: int = 1  # announcement shards (topics) this node's estimate of the swarm's size chose (swarm/shards.py)
 
 

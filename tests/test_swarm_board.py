@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.swarm.board import NEWCOMER_BUNDLES, Board
+from swarmling.app.swarm.board import NEWCOMER_BUNDLES, Board, Verdict
 from swarmling.app.swarm.reputation import Reputation
 from swarmling.app.swarm.wire import PROTOCOL_VERSION, AnnouncedGroup, Announcement, WireSpec, encode_announcement
 
@@ -35,7 +35,8 @@ def peer(i: int) -> str:
 def test_rate_limit_per_origin_refills_over_time():
     clock = Clock()
     board = Board("s", "me", rate_per_s=1.0, burst=2.0, clock=clock)
-    assert [board.offer(peer(0), ann(peer(0), clock, round_no=r)) for r in range(4)] == [True, True, False, False]
+    assert [board.offer(peer(0), ann(peer(0), clock, round_no=r)) for r in range(4)] == [
+        Verdict.ACCEPT, Verdict.ACCEPT, Verdict.IGNORE, Verdict.IGNORE]  # the forwarder is not blamed
     assert board.offer(peer(1), ann(peer(1), clock)), "one origin's flood does not block another"
     clock.now += 1.0
     assert board.offer(peer(0), ann(peer(0), clock, round_no=9))
@@ -45,14 +46,16 @@ def test_rate_limit_per_origin_refills_over_time():
 def test_refusals_name_their_reason():
     clock = Clock()
     board = Board("s", "me", clock=clock)
-    assert not board.offer(peer(0), ann(peer(1), clock))
-    assert not board.offer(peer(2), ann(peer(2), clock, swarm="other"))
+    # what an honest forwarder refuses too is rejected (counted against it) ...
+    assert board.offer(peer(0), ann(peer(1), clock)) is Verdict.REJECT
+    assert board.offer(peer(2), ann(peer(2), clock, swarm="other")) is Verdict.REJECT
+    assert board.offer(peer(4), b"\x93junk") is Verdict.REJECT
+    # ... what it may rightly have let through (its clock, an earlier copy it never saw) is ignored
     old = Clock()
     old.now -= 3600
-    assert not board.offer(peer(3), ann(peer(3), old))
-    assert not board.offer(peer(4), b"\x93junk")
+    assert board.offer(peer(3), ann(peer(3), old)) is Verdict.IGNORE
     assert board.offer(peer(5), ann(peer(5), clock, digest="a" * 64))
-    assert not board.offer(peer(5), ann(peer(5), clock, round_no=2, digest="a" * 64))
+    assert board.offer(peer(5), ann(peer(5), clock, round_no=2, digest="a" * 64)) is Verdict.IGNORE
     assert board.refused == {"node id is not the signer": 1, "another swarm": 1, "stale or from the future": 1,
                              "malformed": 1, "duplicate": 1}
 

@@ -37,7 +37,7 @@ from swarmling.app.swarm.board import NEWCOMER_BUNDLES
 from swarmling.app.swarm.bundle_protocol import ABANDONED
 from swarmling.app.swarm.host import CONNECTIONS
 from swarmling.app.swarm.identity import new_identity
-from swarmling.app.swarm.wire import digest
+from swarmling.app.swarm.wire import PROTOCOL_VERSION, Announcement, digest, encode_announcement
 
 # Each reproduction runs real hosts for seconds to a minute: the full suite (CI) runs them, the fast tier does not.
 pytestmark = pytest.mark.slow
@@ -306,3 +306,27 @@ def test_a_restarted_bootstrap_node_is_found_again_quickly(tmp_path):
     finally:
         b.stop()
         a.stop()
+
+
+def test_a_burst_over_the_rate_limit_is_ignored_not_blamed_on_the_forwarder(tmp_path):
+    # After a helper restarted, py-libp2p flushed what nodes had queued meanwhile all at once; the
+    # helper rate-limited the burst, counted it against the forwarding nodes, fell under the gossip
+    # threshold for them and forwarded them nothing more (issue 14). Only what an honest forwarder
+    # refuses too (another swarm, forged, malformed) may count against it.
+    b, h = connected_pair(tmp_path)
+    try:
+        for r in range(12):  # the board lets 5 through at once, then 1 a second
+            h.publish(bundle_and_announcement(h.peer_id, real_groups(1), round_no=r + 1)[1])
+        assert wait_until(lambda: b.board.refused.get("rate limit", 0) >= 3, timeout_s=10)
+        scorer, forwarder, topic = b.host._pubsub.router.scorer, ID.from_base58(h.peer_id), b.host.settings.topic
+        invalid = lambda: on_network_thread(b.host, lambda: scorer.invalid_messages[forwarder][topic])  # noqa: E731
+        assert b.host._pubsub.ignored >= 3 and invalid() == 0
+        assert on_network_thread(b.host, lambda: scorer.allow_gossip(forwarder, [topic]))
+        other = Announcement(PROTOCOL_VERSION, "another-swarm", h.peer_id, "smollm2-135m", 99, time.time(), "a" * 64, 1,
+                             [], [])
+        time.sleep(2.0)  # a token for h again: the board decodes it
+        h.publish(encode_announcement(other))
+        assert wait_until(lambda: invalid() >= 1, timeout_s=10), b.board.refused  # rejected: the forwarder should have known
+    finally:
+        h.stop()
+        b.stop()

@@ -1,7 +1,12 @@
 """Announcements heard from the swarm, and the choice of which bundles to fetch.
 
 `offer()` runs as the gossip topic validator on the network thread: whatever it refuses is not
-relayed. It rate-limits each origin (a token bucket), keeps a bounded number of recent
+relayed. A refusal is REJECT when the forwarder should have refused it too (malformed, forged,
+another swarm): GossipSub then counts it against the forwarder. It is IGNORE when the forwarder
+may well have been right: an origin over its rate, a re-announced digest, a clock far from ours.
+Forwarders see bursts at other times than we do (py-libp2p flushes messages queued while a peer
+was away all at once), so counting those against them graylisted a helper's nodes after its
+restart: the helper stopped forwarding anything to them. It rate-limits each origin (a token bucket), keeps a bounded number of recent
 announcements per origin and in all, and never does more than decode a small message.
 
 `choose()` runs on the round loop: it picks the bundles worth fetching this round, one per peer,
@@ -17,6 +22,7 @@ bundles within a tier; the tiers follow what peers *delivered* (reputation.py):
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections import OrderedDict, deque
@@ -32,6 +38,17 @@ PER_ORIGIN = 4  # most recent announcements kept per origin
 MAX_CLOCK_SKEW_S = 600.0
 NEWCOMER_BUNDLES = 3  # bundles a round from peers without a positive record
 NEWCOMER_SHARE = 0.25  # of the budget, kept from proven peers for them
+
+
+class Verdict(enum.Enum):
+    """What the gossip validator says of one announcement (truthy only when accepted)."""
+
+    ACCEPT = "accept"
+    IGNORE = "ignore"  # dropped, the forwarder not blamed
+    REJECT = "reject"  # dropped, counted against the forwarder
+
+    def __bool__(self) -> bool:
+        return self is Verdict.ACCEPT
 
 
 @dataclass(frozen=True)
@@ -80,12 +97,12 @@ class Board:
         self.received = 0
         self._latencies: deque[float] = deque(maxlen=256)  # publish → validated here, seconds
 
-    def _refuse(self, reason: str) -> bool:
+    def _refuse(self, reason: str, verdict: Verdict = Verdict.REJECT) -> Verdict:
         self.refused[reason] = self.refused.get(reason, 0) + 1
-        return False
+        return verdict
 
-    def offer(self, origin: str, data: bytes) -> bool:
-        """Validate one gossiped announcement; False rejects it (not relayed, the forwarder loses score)."""
+    def offer(self, origin: str, data: bytes) -> Verdict:
+        """Validate one gossiped announcement: accepted, ignored, or rejected (see the module's docstring)."""
         now = self.clock()
         with self._lock:
             bucket = self._buckets.get(origin)
@@ -94,7 +111,7 @@ class Board:
                     self._buckets.clear()  # a flood of fresh identities: start counting over
                 bucket = self._buckets[origin] = TokenBucket(self.rate_per_s, self.burst, now)
             if not bucket.take(now):
-                return self._refuse("rate limit")
+                return self._refuse("rate limit", Verdict.IGNORE)
             try:
                 ann = decode_announcement(data)
             except WireError:
@@ -104,18 +121,18 @@ class Board:
             if ann.swarm != self.swarm:
                 return self._refuse("another swarm")
             if abs(ann.timestamp - now) > MAX_CLOCK_SKEW_S:
-                return self._refuse("stale or from the future")
+                return self._refuse("stale or from the future", Verdict.IGNORE)
             recent = self._heard.pop(origin, None) or deque(maxlen=PER_ORIGIN)
             if any(h.announcement.digest == ann.digest for h in recent):
                 self._heard[origin] = recent
-                return self._refuse("duplicate")
+                return self._refuse("duplicate", Verdict.IGNORE)
             recent.append(Heard(origin, ann, now))
             self._heard[origin] = recent
             while len(self._heard) > MAX_ORIGINS:
                 self._heard.popitem(last=False)
             self.received += 1
             self._latencies.append(max(0.0, now - ann.timestamp))
-            return True
+            return Verdict.ACCEPT
 
     def take_latencies(self) -> list[float]:
         with self._lock:

@@ -26,6 +26,10 @@ py-libp2p 0.8.1's sharp edges, and what this module does about each:
 - peer scoring ships off, and its P4 weight has the opposite sign to go-libp2p's: configured
   here explicitly (positive weights are penalties);
 - one malformed pubsub message could stop the Pubsub service: pubsub_guard.py;
+- validators can only accept or reject, and every rejection counts against the forwarder, whose
+  mesh traffic stops once its score is under the gossip threshold (-20): what the forwarder may
+  rightly have let through (a burst over an origin's rate, a re-announcement) is ignored instead
+  (board.py's `Verdict`, pubsub_guard.py's `IgnoredMessage`);
 - identify advertises the wildcard listen address and peers store it in place of the one they
   dialled (then dial themselves): our advertised addresses never hold a wildcard, and the
   peerstore keeps only dialable ones (peerstore.py).
@@ -59,7 +63,8 @@ from .counting_transport import Counters, CountingTCP
 from .dialer import DialCooldown, Dialer, parse_peer_addr
 from .identity import peer_id_of
 from .peerstore import DialablePeerstore
-from .pubsub_guard import GuardedPubsub
+from .board import Verdict
+from .pubsub_guard import GuardedPubsub, IgnoredMessage
 from .shard_topics import ShardTopics
 from .reachability import DialBackServer, Reachability, ReachabilityBoard, dialback_protocol, keep_reachable
 from .relay import HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, is_circuit, relayed_only
@@ -139,7 +144,7 @@ def _score_params(app_score: Callable[[ID], float]) -> ScoreParams:
     )
 
 
-GossipValidator = Callable[[str, bytes], bool]  # (origin peer id, data) -> accept
+GossipValidator = Callable[[str, bytes], Verdict | bool]  # (origin peer id, data) -> accept?
 
 
 class SwarmHost:
@@ -224,6 +229,21 @@ class SwarmHost:
         now = self._reachability.get()
         first = [now.public_addr] if now.state == "direct" else list(now.relay_addrs) if now.state == "relayed" else []
         return list(dict.fromkeys([*first, *self.listen_addrs]))
+
+    def gossip_figures(self) -> dict:
+        """Who this node gossips with: pubsub peers, mesh peers, and the lowest score among them."""
+        pubsub = getattr(self, "_pubsub", None)
+        if pubsub is None:
+            return {"gossip_peers": 0, "mesh_peers": 0, "lowest_gossip_score": None}
+        router, peers = pubsub.router, list(pubsub.peers)  # read from another thread: copies
+        topics = list(pubsub.topic_ids)
+        scorer = getattr(router, "scorer", None)
+        try:  # py-libp2p's scorer belongs to the network thread: a read racing it is skipped
+            scores = [scorer.score(p, topics) for p in peers] if scorer is not None and topics else []
+        except RuntimeError:
+            scores = []
+        return {"gossip_peers": len(peers), "mesh_peers": len({p for m in list(router.mesh.values()) for p in m}),
+                "lowest_gossip_score": round(min(scores), 1) if scores else None}
 
     def relay_figures(self) -> dict:
         """A helper's relay: slots held, circuits open, bytes copied, dial-backs answered."""
@@ -378,10 +398,13 @@ class SwarmHost:
         if origin == self.peer_id:
             return True
         try:
-            return bool(self._validate(origin, bytes(msg.data)))
+            verdict = self._validate(origin, bytes(msg.data))
         except Exception:  # noqa: BLE001 — a validator bug must reject, not crash the router
             log.exception("announcement validator failed")
             return False
+        if verdict is Verdict.IGNORE:
+            raise IgnoredMessage  # py-libp2p's validators say only yes or no: GuardedPubsub drops it unblamed
+        return bool(verdict)
 
     async def _publish_loop(self, recv) -> None:
         async for data in recv:

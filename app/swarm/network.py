@@ -267,6 +267,7 @@ class SwarmNetwork:
             "fetches_pending": self._fetches_pending,
             "host_restarts": self.host.health().restarts,
             "reachability": self.host.reachability().state,
+            **self.host.gossip_figures(),
             "shards": self.shard_level.shards,
         }
 

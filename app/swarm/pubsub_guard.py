@@ -16,6 +16,10 @@ Our swarm signs with Ed25519 only, whose peer ids embed the key: a message whose
 read from its `from_id` (or whose `key` field disagrees with it) is dropped here, before the
 library sees it, and counts as an invalid message against the forwarder (P4). Anything else the
 library raises on one message or one stream is logged and dropped with that message or stream.
+
+py-libp2p's validators answer only yes (relay) or no (drop and count it against the forwarder);
+libp2p's third answer, "ignore" (drop, blame nobody), is `IgnoredMessage` raised by a sync
+validator: py-libp2p lets it out of `push_msg` before scoring, and it is dropped here.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from .bundle_protocol import reset_quietly
 from .relay import relayed_only
 
 log = logging.getLogger("swarmling.swarm")
+
+class IgnoredMessage(Exception):
+    """Raised by a topic validator: drop the message without counting it against the forwarder."""
+
 
 MAX_SEQNO_BYTES = 32  # libp2p uses 8
 MAX_SIGNATURE_BYTES = 128  # Ed25519's is 64
@@ -63,6 +71,7 @@ class GuardedPubsub(Pubsub):
         super().__init__(*args, **kwargs)
         self.dropped_malformed = 0
         self.library_faults = 0  # exceptions py-libp2p raised on one message or stream, survived
+        self.ignored = 0  # messages our validator dropped without blaming the forwarder
 
     async def push_msg(self, msg_forwarder: ID, msg) -> None:
         if msg_forwarder != self.my_id and (why := malformed(msg)) is not None:
@@ -72,6 +81,8 @@ class GuardedPubsub(Pubsub):
             return
         try:
             await super().push_msg(msg_forwarder, msg)
+        except IgnoredMessage:
+            self.ignored += 1
         except Exception as exc:  # noqa: BLE001 — one message must never stop the service
             self.library_faults += 1
             log.warning("py-libp2p failed on a message from %s (dropped): %r", msg_forwarder, exc)
