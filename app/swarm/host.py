@@ -75,6 +75,11 @@ from .trio_bridge import TrioThread
 __all__ = ["HostHealth", "HostSettings", "SwarmError", "SwarmHost", "interface_hosts", "parse_peer_addr"]
 
 log = logging.getLogger("swarmling.swarm")
+# Importing py-libp2p resets its logger (WARNING, no handler, not propagated), so Python's last-resort
+# handler printed its ERRORs bare on stderr: a line for every failed dial of a helper that is down.
+# The CLI's choice comes back here: py-libp2p's own account only with --verbose.
+_root_level = logging.getLogger().level
+logging.getLogger("libp2p").setLevel(_root_level if _root_level <= logging.INFO else logging.CRITICAL)
 
 GOSSIPSUB_PROTOCOL = TProtocol("/meshsub/1.1.0")
 # Connections are bounded whatever the swarm's size; py-libp2p's auto-connector (which dials every
