@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.swarm.board import NEWCOMER_BUNDLES, Board, Verdict
+from swarmling.app.swarm.board import FLOOD_BURST, NEWCOMER_BUNDLES, Board, Verdict
 from swarmling.app.swarm.reputation import Reputation
 from swarmling.app.swarm.wire import PROTOCOL_VERSION, AnnouncedGroup, Announcement, WireSpec, encode_announcement
 
@@ -41,6 +41,14 @@ def test_rate_limit_per_origin_refills_over_time():
     clock.now += 1.0
     assert board.offer(peer(0), ann(peer(0), clock, round_no=9))
     assert board.refused == {"rate limit": 2}
+
+
+def test_a_burst_is_ignored_and_a_flood_rejected():
+    clock = Clock()
+    board = Board("s", "me", rate_per_s=1.0, burst=2.0, clock=clock)
+    verdicts = [board.offer(peer(0), ann(peer(0), clock, round_no=r)) for r in range(2 + FLOOD_BURST + 3)]
+    assert verdicts == [Verdict.ACCEPT] * 2 + [Verdict.IGNORE] * FLOOD_BURST + [Verdict.REJECT] * 3
+    assert board.refused == {"rate limit": FLOOD_BURST, "flood": 3}
 
 
 def test_refusals_name_their_reason():

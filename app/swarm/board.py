@@ -6,7 +6,8 @@ another swarm): GossipSub then counts it against the forwarder. It is IGNORE whe
 may well have been right: an origin over its rate, a re-announced digest, a clock far from ours.
 Forwarders see bursts at other times than we do (py-libp2p flushes messages queued while a peer
 was away all at once), so counting those against them graylisted a helper's nodes after its
-restart: the helper stopped forwarding anything to them. It rate-limits each origin (a token bucket), keeps a bounded number of recent
+restart: the helper stopped forwarding anything to them. An origin far over its rate (FLOOD_BURST
+beyond it) is a flood, and rejected again: honest bursts after a gap are a few announcements. It rate-limits each origin (a token bucket), keeps a bounded number of recent
 announcements per origin and in all, and never does more than decode a small message.
 
 `choose()` runs on the round loop: it picks the bundles worth fetching this round, one per peer,
@@ -36,6 +37,7 @@ from .wire import Announcement, WireError, decode_announcement
 MAX_ORIGINS = 512
 PER_ORIGIN = 4  # most recent announcements kept per origin
 MAX_CLOCK_SKEW_S = 600.0
+FLOOD_BURST = 20  # over-rate announcements of one origin ignored before they count as a flood
 NEWCOMER_BUNDLES = 3  # bundles a round from peers without a positive record
 NEWCOMER_SHARE = 0.25  # of the budget, kept from proven peers for them
 
@@ -91,7 +93,7 @@ class Board:
         self.rate_per_s, self.burst, self.ttl_s, self.clock = rate_per_s, burst, ttl_s, clock
         self._lock = threading.Lock()
         self._heard: OrderedDict[str, deque[Heard]] = OrderedDict()  # origin -> recent, LRU by origin
-        self._buckets: dict[str, TokenBucket] = {}
+        self._buckets: dict[str, tuple[TokenBucket, TokenBucket]] = {}  # origin -> (rate, flood)
         self._taken: set[str] = set()  # digests already chosen for fetching
         self.refused: dict[str, int] = {}  # reason -> count, for the log and the metrics
         self.received = 0
@@ -105,13 +107,16 @@ class Board:
         """Validate one gossiped announcement: accepted, ignored, or rejected (see the module's docstring)."""
         now = self.clock()
         with self._lock:
-            bucket = self._buckets.get(origin)
-            if bucket is None:
+            buckets = self._buckets.get(origin)
+            if buckets is None:
                 if len(self._buckets) >= 4 * MAX_ORIGINS:
                     self._buckets.clear()  # a flood of fresh identities: start counting over
-                bucket = self._buckets[origin] = TokenBucket(self.rate_per_s, self.burst, now)
-            if not bucket.take(now):
-                return self._refuse("rate limit", Verdict.IGNORE)
+                buckets = self._buckets[origin] = (TokenBucket(self.rate_per_s, self.burst, now),
+                                                   TokenBucket(self.rate_per_s, self.burst + FLOOD_BURST, now))
+            rate, flood = buckets
+            within_flood = flood.take(now)
+            if not rate.take(now):
+                return self._refuse("rate limit", Verdict.IGNORE) if within_flood else self._refuse("flood")
             try:
                 ann = decode_announcement(data)
             except WireError:
