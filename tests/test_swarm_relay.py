@@ -1,5 +1,6 @@
 """The relay's pure parts: circuit addresses, what a node announces, in which order a fetch dials
-an author, who is blamed when it fails, and the bound on uploads through a helper. The real thing
+an author, who is blamed when it fails, the bound on uploads through a helper, and the py-libp2p
+internals we override. The real thing
 (helpers, NATs, py-libp2p's relay) is tested in the namespace lab: test_netlab_relay.py."""
 
 from __future__ import annotations
@@ -200,3 +201,31 @@ def test_a_circuit_that_is_slow_to_open_is_held_against_nobody(monkeypatch):
     ex._dial_circuit = hangs
     why = trio.run(ex._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
     assert why == bp.SLOW_CIRCUIT and why in NOT_THE_PEERS_FAULT and not cooldown.blocked(AUTHOR)
+
+
+def test_the_py_libp2p_internals_the_relay_and_the_pubsub_guard_override_are_still_there():
+    # relay.py and pubsub_guard.py override private methods of py-libp2p 0.8.1 (their docstrings
+    # say why). A py-libp2p that renamed or reshaped them would silently bypass our limits: say so here.
+    import inspect
+
+    from libp2p.host.basic_host import BasicHost
+    from libp2p.pubsub.pubsub import Pubsub
+    from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+    from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+
+    def params(cls, name: str) -> list[str]:
+        return list(inspect.signature(getattr(cls, name)).parameters)
+
+    assert params(CircuitV2Protocol, "_handle_reserve") == ["self", "stream", "msg"]
+    assert params(CircuitV2Protocol, "_handle_connect") == ["self", "stream", "msg"]
+    assert params(CircuitV2Protocol, "_handle_stop_stream") == ["self", "stream"]
+    assert params(CircuitV2Protocol, "_relay_data")[:4] == ["self", "src_stream", "dst_stream", "peer_id"]
+    assert params(CircuitV2Protocol, "_read_stream_with_retry")[:2] == ["self", "stream"]
+    assert {"_send_status", "_close_stream"} <= set(dir(CircuitV2Protocol))
+    assert "self._active_relays" in inspect.getsource(CircuitV2Protocol)  # replaced by relay._Forgetful
+    assert {"_make_reservation", "_dial_via_circuit_addr", "parse_circuit_ma"} <= set(dir(CircuitV2Transport))
+    assert "upgrade_outbound_connection" in dir(BasicHost)
+    assert params(Pubsub, "_handle_new_peer") == ["self", "peer_id"]
+    assert params(Pubsub, "push_msg") == ["self", "msg_forwarder", "msg"]
+    # IgnoredMessage leaves push_msg unscored only while validation failures are caught as ValidationError
+    assert "except ValidationError" in inspect.getsource(Pubsub.push_msg)
