@@ -1,7 +1,7 @@
 """The relay's pure parts: circuit addresses, what a node announces, in which order a fetch dials
 an author, who is blamed when it fails, the bound on uploads through a helper, and the py-libp2p
-internals we override. The real thing
-(helpers, NATs, py-libp2p's relay) is tested in the namespace lab: test_netlab_relay.py."""
+internals we override. The real thing (helpers, NATs, py-libp2p's relay) is tested in the
+namespace lab: test_netlab_relay.py."""
 
 from __future__ import annotations
 
