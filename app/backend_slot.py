@@ -37,6 +37,7 @@ def backend_spec(kind: str, config: Config, paths: Paths, resolved: Resolved, mo
         grpo=GrpoSettings.from_config(t),
         seed=seed,
         full=t.mode == "full",
+        cpu_bf16=t.cpu_bf16,
     )
 
 

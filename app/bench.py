@@ -5,6 +5,8 @@ Training is then timed again on the last round's training set, once with shared 
 group's prompt computed once, `backends/shared_prefix.py`) and once without, from the same
 adapter and optimizer state: their ratio is what sharing saves on this machine, measured in one
 process on the same samples (timings on a busy machine are noisy; a ratio within one run is not).
+On a backend that can (the CPU's), a third pass runs the matmuls in bf16 (`train.cpu_bf16`): its
+time against fp32, and what it does to the sampler/trainer logprob agreement.
 Peak resident memory is the rounds' (before the comparison, whose unshared pass is not what a
 node runs).
 
@@ -110,20 +112,34 @@ def _compare_training(backend: Backend, samples: list[TrainSample]) -> None:
         print("\n(the last round had no learning signal: no training to compare)")
         return
     runs = {}
+    bf16_default = getattr(backend, "bf16_matmuls", None)  # None: not a choice on this backend
+    passes = [(True, bf16_default), (False, bf16_default)]
+    if bf16_default is not None:
+        passes.append((True, not bf16_default))
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
         backend.save_state(Path(tmp))
-        for shared in (True, False):
+        for shared, bf16 in passes:
             backend.shared_prefix = shared
+            if bf16 is not None:
+                backend.bf16_matmuls = bf16
             start = time.perf_counter()
             stats = backend.train_step(samples)
-            runs[shared] = (time.perf_counter() - start, stats)
-            backend.load_state(Path(tmp))  # both from the same policy and optimizer state
+            runs[shared, bf16] = (time.perf_counter() - start, stats)
+            backend.load_state(Path(tmp))  # every pass from the same policy and optimizer state
         backend.shared_prefix = True
+        if bf16_default is not None:
+            backend.bf16_matmuls = bf16_default
     unique = unique_tokens(samples)
-    print(f"\ntraining, same {len(samples)} samples ({runs[True][1].tokens} completion tokens, {unique} unique tokens)")
+    print(f"\ntraining, same {len(samples)} samples ({runs[True, bf16_default][1].tokens} completion tokens, {unique} unique tokens)")
     for shared, label in ((True, "shared prefixes"), (False, "each completion alone")):
-        seconds, stats = runs[shared]
+        seconds, stats = runs[shared, bf16_default]
         computed = int(stats.extra.get("computed_tokens", 0))
         print(f"  {label:<22} {seconds:7.2f} s  {stats.tokens / seconds:7.1f} completion tok/s  "
               f"{computed} tokens computed ({computed / unique:.2f}x unique)")
-    print(f"  shared is {runs[False][0] / runs[True][0]:.2f}x faster (target >= 3)")
+    print(f"  shared is {runs[False, bf16_default][0] / runs[True, bf16_default][0]:.2f}x faster (target >= 3)")
+    if bf16_default is not None:
+        fp32, bf16 = runs[True, False], runs[True, True]
+        print(f"  matmuls in bf16 {bf16[0]:7.2f} s vs fp32 {fp32[0]:.2f} s: {fp32[0] / bf16[0]:.2f}x "
+              f"(train.cpu_bf16 = {str(bf16_default).lower()}); sampler/trainer logprob gap "
+              f"{bf16[1].sampler_logprob_gap:.4f} vs {fp32[1].sampler_logprob_gap:.4f} nats, tokens outside "
+              f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")

@@ -82,6 +82,11 @@ class TrainSection(_Section):
     max_grad_norm: float = Field(default=1.0, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     microbatch_tokens: int | None = Field(default=None, ge=64)
+    # The CPU trainer's matmuls in bf16 (weights, LoRA and optimizer stay fp32). Several times
+    # faster where the CPU has AVX-512 BF16 or AMX (`swarmling doctor` says; `swarmling bench`
+    # measures it against fp32 there), slower where it has not. Off by default: what it does to
+    # learning is not measured yet (on such a CPU, bench prints the logprob change).
+    cpu_bf16: bool = False
 
     @field_validator("lora_dropout")
     @classmethod

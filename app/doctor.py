@@ -52,7 +52,8 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     print(f"  system      {hw.system} ({hw.machine})")
     print(f"  cpu         {hw.cpu}: {hw.physical_cores} cores / {hw.logical_cores} threads")
     print(f"  memory      {hw.memory_total / 2**30:.1f} GiB ({hw.memory_available / 2**30:.1f} GiB free)")
-    print(f"  bf16 on cpu {'yes' if hw.has_bf16_cpu else 'no'} (training runs in fp32 either way)")
+    print(f"  bf16 on cpu {'yes: train.cpu_bf16 = true may train faster (swarmling bench compares)' if hw.has_bf16_cpu else 'no'}"
+          f" (now: {'bf16' if config.train.cpu_bf16 else 'fp32'} matmuls)")
     print(f"  cuda        {', '.join(hw.cuda_devices) or 'none'}")
     print(f"  apple mlx   {'yes' if hw.mlx_importable else 'no'}")
     choice = choose_backend(hw, config.backend.kind)

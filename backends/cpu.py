@@ -52,6 +52,7 @@ class CpuSettings:
     grpo: GrpoSettings
     seed: int = 0
     chat_template: str | None = None  # overrides the GGUF's template when given
+    bf16_matmuls: bool = False  # train.cpu_bf16
 
 
 class CpuBackend(TorchTrainedBackend):
@@ -64,6 +65,7 @@ class CpuBackend(TorchTrainedBackend):
         self.trainer = TorchLoraTrainer(
             folder, settings.lora, settings.optim, settings.grpo, settings.temperature, device="cpu", seed=settings.seed
         )
+        self.trainer.bf16_matmuls = settings.bf16_matmuls
         cfg = self.trainer.config
         self.shape = ModelShape(
             arch=self.generator.architecture,
@@ -73,6 +75,15 @@ class CpuBackend(TorchTrainedBackend):
         )
         settings.runtime_dir.mkdir(parents=True, exist_ok=True)
 
+    # The trainer's matmuls in bf16 (train.cpu_bf16); a property so `swarmling bench` can compare.
+    @property
+    def bf16_matmuls(self) -> bool:
+        return self.trainer.bf16_matmuls
+
+    @bf16_matmuls.setter
+    def bf16_matmuls(self, on: bool) -> None:
+        self.trainer.bf16_matmuls = on
+
     def info(self) -> BackendInfo:
         return BackendInfo(
             name="cpu",
@@ -80,7 +91,7 @@ class CpuBackend(TorchTrainedBackend):
             model=self.settings.model_name,
             memory_bytes=psutil.Process().memory_info().rss,
             generator=f"llama.cpp ({self.generator.architecture}, {self.generator.model_bytes / 1e6:.0f} MB GGUF)",
-            trainer=f"torch {torch.__version__} fp32 + LoRA r={self.settings.lora.r} "
+            trainer=f"torch {torch.__version__} {'bf16 matmuls' if self.trainer.bf16_matmuls else 'fp32'} + LoRA r={self.settings.lora.r} "
             f"({self.trainer.trainable_parameters() / 1e6:.2f}M trainable)",
         )
 

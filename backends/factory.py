@@ -80,6 +80,7 @@ def _cpu(spec: BackendSpec) -> Backend:
             optim=spec.optim,
             grpo=spec.grpo,
             seed=spec.seed,
+            bf16_matmuls=spec.cpu_bf16,
         )
     )
 

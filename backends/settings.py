@@ -71,3 +71,4 @@ class BackendSpec:
     grpo: GrpoSettings
     seed: int
     full: bool  # train every weight (train.mode = "full") instead of a LoRA adapter
+    cpu_bf16: bool = False  # the CPU trainer's matmuls in bf16 (train.cpu_bf16)
