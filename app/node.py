@@ -174,6 +174,9 @@ class Node:
         self.curriculum = restore(start, backend, self.rng, self.preset)
         self.round = start.round
         metrics_log.reconcile(self.paths.metrics_file, self.round, start.saved_record)
+        # The weights we resume from were measured when their round ended: no need to again.
+        saved = start.saved_record or {}
+        self._start_evaluated = self.round > 0 and saved.get("eval_of_round") == self.round
         self.swarm = self._connect(cfg, self.paths, self.model.name, self.emit)
         info = backend.info()
         self.emit(NodeStarted(
