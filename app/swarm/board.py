@@ -7,8 +7,9 @@ may well have been right: an origin over its rate, a re-announced digest, a cloc
 Forwarders see bursts at other times than we do (py-libp2p flushes messages queued while a peer
 was away all at once), so counting those against them graylisted a helper's nodes after its
 restart: the helper stopped forwarding anything to them. An origin far over its rate (FLOOD_BURST
-beyond it) is a flood, and rejected again: honest bursts after a gap are a few announcements. It rate-limits each origin (a token bucket), keeps a bounded number of recent
-announcements per origin and in all, and never does more than decode a small message.
+beyond it) is a flood, and rejected again: honest bursts after a gap are a few announcements.
+It rate-limits each origin (a token bucket), keeps a bounded number of recent announcements per
+origin and in all, and never does more than decode a small message.
 
 `choose()` runs on the round loop: it picks the bundles worth fetching this round, one per peer,
 within the round's inbound byte budget — so a node's inbound traffic is bounded by its budget, not

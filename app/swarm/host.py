@@ -58,12 +58,12 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from .addresses import dialable_addrs, interface_hosts, is_loopback
 from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
+from .board import Verdict
 from .bundle_protocol import ABANDONED, BundleExchange, BundleSource, FetchDone
 from .counting_transport import Counters, CountingTCP
 from .dialer import DialCooldown, Dialer, parse_peer_addr
 from .identity import peer_id_of
 from .peerstore import DialablePeerstore
-from .board import Verdict
 from .pubsub_guard import GuardedPubsub, IgnoredMessage
 from .shard_topics import ShardTopics
 from .reachability import DialBackServer, Reachability, ReachabilityBoard, dialback_protocol, keep_reachable

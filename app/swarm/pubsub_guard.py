@@ -35,6 +35,7 @@ from .relay import relayed_only
 
 log = logging.getLogger("swarmling.swarm")
 
+
 class IgnoredMessage(Exception):
     """Raised by a topic validator: drop the message without counting it against the forwarder."""
 
