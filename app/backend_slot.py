@@ -33,7 +33,7 @@ def backend_spec(kind: str, config: Config, paths: Paths, resolved: Resolved, mo
         threads=resolved.threads,
         temperature=config.round.temperature,
         lora=LoraSettings.from_config(t),
-        optim=OptimSettings.from_config(t, resolved.microbatch_tokens),
+        optim=OptimSettings.from_config(t, resolved.microbatch_tokens, resolved.activation_checkpointing),
         grpo=GrpoSettings.from_config(t),
         seed=seed,
         full=t.mode == "full",

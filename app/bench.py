@@ -5,10 +5,12 @@ Training is then timed again on the last round's training set, once with shared 
 group's prompt computed once, `backends/shared_prefix.py`) and once without, from the same
 adapter and optimizer state: their ratio is what sharing saves on this machine, measured in one
 process on the same samples (timings on a busy machine are noisy; a ratio within one run is not).
-On a backend that can (the CPU's), a third pass runs the matmuls in bf16 (`train.cpu_bf16`): its
-time against fp32, and what it does to the sampler/trainer logprob agreement.
-Peak resident memory is the rounds' (before the comparison, whose unshared pass is not what a
-node runs).
+Each switch the backend's trainer offers is then flipped for a pass of its own: bf16 matmuls
+(`train.cpu_bf16`, the CPU's) against fp32, with what they do to the sampler/trainer logprob
+agreement; per-layer activation checkpointing (`train.activation_checkpointing`), with the time
+it costs and the training peak it saves (each pass's peak where Linux can reset it).
+Peak resident memory is the rounds' (after the start's one-time model conversion, before the
+comparison, whose unshared pass is not what a node runs).
 
 The reference decodes exactly the token counts the round produced (same prompts, same number of
 sequences, each stopping where the round's did) with llama.cpp's own C sampler and no logprobs,
@@ -55,6 +57,7 @@ def _bench(node: Node, rounds: int) -> int:
         f"up to {settings.max_new_tokens} new tokens, preset {node.preset.name}"
     )
     rows, outcome = [], None
+    reset_peak_rss()  # the rounds' peak, not the start's one-time model conversion
     for i in range(1, rounds + 1):
         outcome = run_round(i, node.backend, node.preset, node.curriculum, settings, node.rng)
         node.curriculum = outcome.curriculum
@@ -93,7 +96,14 @@ def _bench(node: Node, rounds: int) -> int:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far (0 where the platform cannot say)."""
+    """This process's peak resident memory since the start or the last `reset_peak_rss` (0 where
+    the platform cannot say)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     try:
         import resource
     except ImportError:  # Windows
@@ -107,39 +117,69 @@ def unique_tokens(samples: Sequence[TrainSample]) -> int:
     return sum(len(p) for p in {tuple(s.prompt_ids) for s in samples}) + sum(len(s.completion_ids) for s in samples)
 
 
+# The trainer's switches a backend may offer; each one the backend has gets a pass of its own.
+KNOBS = ("bf16_matmuls", "activation_checkpointing")
+
+
+def training_passes(backend: Backend) -> dict[str, dict[str, bool]]:
+    """The settings of each timed pass: the node's own, without shared prefixes, and each offered
+    switch flipped."""
+    node = {"shared_prefix": True} | {k: getattr(backend, k) for k in KNOBS if hasattr(backend, k)}
+    passes = {"node": node, "unshared": node | {"shared_prefix": False}}
+    for knob in KNOBS:
+        if knob in node:
+            passes[knob] = node | {knob: not node[knob]}
+    return passes
+
+
 def _compare_training(backend: Backend, samples: list[TrainSample]) -> None:
     if not any(s.advantage != 0 for s in samples):
         print("\n(the last round had no learning signal: no training to compare)")
         return
+    passes = training_passes(backend)
     runs = {}
-    bf16_default = getattr(backend, "bf16_matmuls", None)  # None: not a choice on this backend
-    passes = [(True, bf16_default), (False, bf16_default)]
-    if bf16_default is not None:
-        passes.append((True, not bf16_default))
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
         backend.save_state(Path(tmp))
-        for shared, bf16 in passes:
-            backend.shared_prefix = shared
-            if bf16 is not None:
-                backend.bf16_matmuls = bf16
+        for name, switches in passes.items():
+            for knob, on in switches.items():
+                setattr(backend, knob, on)
+            peak_known = reset_peak_rss()
             start = time.perf_counter()
             stats = backend.train_step(samples)
-            runs[shared, bf16] = (time.perf_counter() - start, stats)
+            runs[name] = (time.perf_counter() - start, stats, peak_rss_bytes() if peak_known else 0)
             backend.load_state(Path(tmp))  # every pass from the same policy and optimizer state
-        backend.shared_prefix = True
-        if bf16_default is not None:
-            backend.bf16_matmuls = bf16_default
+        for knob, on in passes["node"].items():
+            setattr(backend, knob, on)
     unique = unique_tokens(samples)
-    print(f"\ntraining, same {len(samples)} samples ({runs[True, bf16_default][1].tokens} completion tokens, {unique} unique tokens)")
-    for shared, label in ((True, "shared prefixes"), (False, "each completion alone")):
-        seconds, stats = runs[shared, bf16_default]
+    print(f"\ntraining, same {len(samples)} samples ({runs['node'][1].tokens} completion tokens, {unique} unique tokens)")
+    for name, label in (("node", "shared prefixes"), ("unshared", "each completion alone")):
+        seconds, stats, peak = runs[name]
         computed = int(stats.extra.get("computed_tokens", 0))
         print(f"  {label:<22} {seconds:7.2f} s  {stats.tokens / seconds:7.1f} completion tok/s  "
-              f"{computed} tokens computed ({computed / unique:.2f}x unique)")
-    print(f"  shared is {runs[False, bf16_default][0] / runs[True, bf16_default][0]:.2f}x faster (target >= 3)")
-    if bf16_default is not None:
-        fp32, bf16 = runs[True, False], runs[True, True]
+              f"{computed} tokens computed ({computed / unique:.2f}x unique){_peak(peak)}")
+    print(f"  shared is {runs['unshared'][0] / runs['node'][0]:.2f}x faster (target >= 3)")
+    node = passes["node"]
+    if "bf16_matmuls" in runs:
+        fp32, bf16 = (runs["node"], runs["bf16_matmuls"])[:: -1 if node["bf16_matmuls"] else 1]
         print(f"  matmuls in bf16 {bf16[0]:7.2f} s vs fp32 {fp32[0]:.2f} s: {fp32[0] / bf16[0]:.2f}x "
-              f"(train.cpu_bf16 = {str(bf16_default).lower()}); sampler/trainer logprob gap "
+              f"(train.cpu_bf16 = {str(node['bf16_matmuls']).lower()}); sampler/trainer logprob gap "
               f"{bf16[1].sampler_logprob_gap:.4f} vs {fp32[1].sampler_logprob_gap:.4f} nats, tokens outside "
               f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")
+    if "activation_checkpointing" in runs:
+        off, on = (runs["node"], runs["activation_checkpointing"])[:: -1 if node["activation_checkpointing"] else 1]
+        print(f"  activation checkpointing {on[0]:7.2f} s vs {off[0]:.2f} s without: {on[0] / off[0]:.2f}x the time"
+              f"{f', training peak {on[2] / 1e9:.2f} GB vs {off[2] / 1e9:.2f} GB' if on[2] and off[2] else ''} "
+              f"(train.activation_checkpointing = {str(node['activation_checkpointing']).lower()})")
+
+
+def _peak(peak_bytes: int) -> str:
+    return f"  training peak {peak_bytes / 1e9:.2f} GB" if peak_bytes else ""
+
+
+def reset_peak_rss() -> bool:
+    """Start `peak_rss_bytes` afresh (Linux: /proc/self/clear_refs); False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False

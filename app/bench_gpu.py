@@ -127,7 +127,7 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
         AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
         train = Config().train  # the defaults a node trains with
         microbatch = 8 * (shape.prompt_tokens + shape.new_tokens)
-        trainer = TorchLoraTrainer(Path(tmp), LoraSettings.from_config(train), OptimSettings.from_config(train, microbatch),
+        trainer = TorchLoraTrainer(Path(tmp), LoraSettings.from_config(train), OptimSettings.from_config(train, microbatch, False),
                                    GrpoSettings.from_config(train), 1.0, device=device, dtype=dtype)
     on_gpu = device.startswith("cuda")
     generator = TorchGenerator(trainer.model, _Ids(), set(), trainer.softcap, compile_step=on_gpu)

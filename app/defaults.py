@@ -1,8 +1,9 @@
 """Per-hardware defaults for the keys a config leaves unset, and the settings they resolve to.
 
 Measured on a 2-core x86 CPU with the shipped 135M model (starter preset): 8 questions x 8
-completions generate in ≈ 10 s and train in ≈ 20 s, so a default round takes ≈ 30-35 s —
-well inside the 90 s budget for this class of machine. Bigger CPUs get bigger rounds.
+completions generate in ≈ 5-10 s and train in ≈ 4-8 s, a round of ≈ 15 s on 2 threads and ≈ 18 s
+on the default 1 thread — well inside the 90 s budget for this class of machine. Bigger CPUs get
+bigger rounds.
 """
 
 from __future__ import annotations
@@ -22,21 +23,30 @@ class Resolved:
     max_new_tokens: int
     local_groups: int
     microbatch_tokens: int
+    activation_checkpointing: bool
 
 
-# Peak resident memory of a CPU node with the shipped 135M model, re-measured with shared-prefix
-# training: a fixed part (the torch weights in fp32, llama.cpp's model and context, the runtime)
-# plus the saved activations of one training microbatch, which grow with its padded tokens
-# (~2.5 MB each in fp32, from the trainer alone at 256-2048 tokens; the 49k-vocab logits are
-# chunked). `swarmling bench`, default round on 2 cores: 2.26 GB peak at 256 tokens. Bigger
-# models scale both parts by their size relative to the shipped one.
-BASE_BYTES = 1.6e9
+# Peak resident memory of a CPU node with the shipped 135M model. It is reached while training,
+# with the sampler's KV cache freed (`CpuBackend.train_step`): a fixed part (the torch weights in
+# fp32, llama.cpp's weights, the runtime) plus what one training microbatch needs for its
+# backward pass, which grows with its padded tokens. With per-layer activation checkpointing a
+# layer keeps only its input, so a token costs well under half as much, for ~1.4-1.6x the training
+# time. Measured on 2 threads, default round (`swarmling bench`'s per-pass training peak, and
+# steps at 128-1024 tokens): 2.0-2.2 GB at 256 tokens, 3.6 GB at 1024; checkpointed 1.6-1.7 GB at
+# 256, 1.8-1.9 at 512, 2.3-2.4 at 1024. Bigger models scale both parts by their size relative to
+# the shipped one.
+BASE_BYTES = 1.45e9
 BYTES_PER_MICROBATCH_TOKEN = 2.5e6
+CHECKPOINTED_BYTES_PER_TOKEN = 1.0e6
 MIN_MICROBATCH = 128
+# One group in one pass: the default round's prompt (~70 tokens) and its 8 completions fill about
+# 200 tokens. Below this a group's row is split and its prompt computed again for every part, so
+# under a tight ceiling checkpointing (which keeps a whole group in a pass) is the better trade.
+ONE_GROUP_MICROBATCH = 256
 # Without a memory ceiling the CPU node keeps its estimated peak under this: a guest on a 4 GB
 # machine leaves its owner 1.5 GB (a browser). Sharing prefixes makes a small microbatch cheap
-# (one group's prompt and completions is ~200 tokens in the default round; a bigger microbatch
-# only takes fewer, not fewer-token, passes), so nothing is lost by not using the machine's memory.
+# (a bigger microbatch only takes fewer, not fewer-token, passes), so nothing is lost by not
+# using the machine's memory.
 GUEST_BYTES = 2.5e9
 DEFAULT_MICROBATCH = 2048  # the starting point the guest ceiling halves from
 
@@ -45,23 +55,38 @@ class ResourceError(ValueError):
     """A resource ceiling that no round can fit under; the message says what would."""
 
 
-def estimate_peak_bytes(microbatch_tokens: int, model_scale: float = 1.0) -> float:
-    return model_scale * (BASE_BYTES + BYTES_PER_MICROBATCH_TOKEN * microbatch_tokens)
+def estimate_peak_bytes(microbatch_tokens: int, model_scale: float = 1.0, checkpointing: bool = False) -> float:
+    per_token = CHECKPOINTED_BYTES_PER_TOKEN if checkpointing else BYTES_PER_MICROBATCH_TOKEN
+    return model_scale * (BASE_BYTES + per_token * microbatch_tokens)
 
 
-def fit_microbatch(microbatch: int, ceiling_bytes: float, model_scale: float = 1.0, strict: bool = True) -> int:
+def fit_microbatch(microbatch: int, ceiling_bytes: float, model_scale: float = 1.0, strict: bool = True,
+                   checkpointing: bool = False) -> int:
     """The largest microbatch (halving from `microbatch`) whose estimated peak fits the ceiling.
     `strict`: a ceiling nothing fits is an error (the user's); otherwise the smallest microbatch
     (the guest default on a big model: the best that can be done without being told)."""
-    while microbatch > MIN_MICROBATCH and estimate_peak_bytes(microbatch, model_scale) > ceiling_bytes:
+    def peak(tokens: int) -> float:
+        return estimate_peak_bytes(tokens, model_scale, checkpointing)
+
+    while microbatch > MIN_MICROBATCH and peak(microbatch) > ceiling_bytes:
         microbatch //= 2
-    if strict and estimate_peak_bytes(microbatch, model_scale) > ceiling_bytes:
-        need = estimate_peak_bytes(MIN_MICROBATCH, model_scale) / 1e9
+    if strict and peak(microbatch) > ceiling_bytes:
+        need = peak(MIN_MICROBATCH) / 1e9
         raise ResourceError(
             f"resources.max_memory_gb = {ceiling_bytes / 1e9:g} is below what this model needs even at the smallest "
-            f"training microbatch (about {need:.1f} GB): raise it, or use a smaller model"
+            f"training microbatch{' with activation checkpointing' if checkpointing else ''} (about {need:.1f} GB): "
+            "raise it, or use a smaller model"
         )
     return microbatch
+
+
+def wants_checkpointing(config: Config, ceiling_bytes: float | None, model_scale: float = 1.0) -> bool:
+    """train.activation_checkpointing, or when unset: on only under a memory ceiling that cannot
+    hold a whole group in one pass without it."""
+    chosen = config.train.activation_checkpointing
+    if chosen is not None:
+        return chosen
+    return ceiling_bytes is not None and estimate_peak_bytes(ONE_GROUP_MICROBATCH, model_scale) > ceiling_bytes
 
 
 def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1.0) -> Resolved:
@@ -70,19 +95,25 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
     small = threads <= 4
     questions = config.round.questions or (8 if small else 16)
     completions = config.round.completions or 8
-    # Peak training memory grows with the tokens per microbatch (see BASE_BYTES): the default
-    # fits the guest ceiling; the gradient is the same, only accumulated in more passes.
     ceiling = config.resources.max_memory_gb
-    guest = GUEST_BYTES if ceiling is None else ceiling * 1e9
-    microbatch = config.train.microbatch_tokens or fit_microbatch(DEFAULT_MICROBATCH, guest, model_scale, strict=False)
+    checkpointing = False
     if hw.cuda_devices and config.backend.kind in ("auto", "cuda"):
         # On a GPU the microbatch follows device memory (logits are chunked, so activations of a
         # sub-1B model dominate): 8k tokens on an 8-16 GB card, up to 32k on an 80 GB one.
         gpu_gib = (hw.cuda_memory[0] if hw.cuda_memory else 0) / 2**30
         microbatch = config.train.microbatch_tokens or (4096 if gpu_gib < 8 else 8192 if gpu_gib < 16
                                                         else 16384 if gpu_gib < 40 else 32768)
-    if ceiling is not None and not hw.cuda_devices:
-        microbatch = fit_microbatch(microbatch, ceiling * 1e9, model_scale)
+        checkpointing = bool(config.train.activation_checkpointing)
+    else:
+        # Peak training memory grows with the tokens per microbatch (see BASE_BYTES): the default
+        # fits the guest ceiling; the gradient is the same, only accumulated in more passes.
+        # A ceiling the user sets is kept to (or refused), checkpointing first if need be.
+        limit = GUEST_BYTES if ceiling is None else ceiling * 1e9
+        checkpointing = wants_checkpointing(config, None if ceiling is None else limit, model_scale)
+        microbatch = fit_microbatch(config.train.microbatch_tokens or DEFAULT_MICROBATCH, limit, model_scale,
+                                    strict=ceiling is not None, checkpointing=checkpointing)
+        if ceiling is None and config.train.microbatch_tokens:
+            microbatch = config.train.microbatch_tokens  # asked for, and no ceiling to keep to
     return Resolved(
         threads=threads,
         questions=questions,
@@ -96,6 +127,7 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
             else config.round.local_groups
         ),
         microbatch_tokens=microbatch,
+        activation_checkpointing=checkpointing,
     )
 
 
@@ -103,6 +135,7 @@ def memory_note(config: Config, resolved: Resolved, model_scale: float = 1.0) ->
     """What a memory ceiling made of the training microbatch, for the user (None: no ceiling set)."""
     if config.resources.max_memory_gb is None or config.train.microbatch_tokens is not None:
         return None
-    mb = resolved.microbatch_tokens
-    return (f"memory ceiling {config.resources.max_memory_gb:g} GB: training microbatch {mb} tokens "
-            f"(estimated peak {estimate_peak_bytes(mb, model_scale) / 1e9:.1f} GB)")
+    mb, ckpt = resolved.microbatch_tokens, resolved.activation_checkpointing
+    return (f"memory ceiling {config.resources.max_memory_gb:g} GB: training microbatch {mb} tokens"
+            f"{', activation checkpointing' if ckpt else ''} "
+            f"(estimated peak {estimate_peak_bytes(mb, model_scale, ckpt) / 1e9:.1f} GB)")

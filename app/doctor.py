@@ -66,6 +66,7 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     print(
         f"  {res.questions} questions x {res.completions} completions, up to {res.max_new_tokens} new tokens, "
         f"{res.threads} threads, training microbatch {res.microbatch_tokens} tokens"
+        f"{' with activation checkpointing' if res.activation_checkpointing else ''}"
     )
     print("model")
     status = 0

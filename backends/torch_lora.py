@@ -110,6 +110,25 @@ class TorchLoraTrainer:
         # The forward and backward matmuls in bf16 (torch.autocast); weights, LoRA and AdamW stay
         # fp32. Several times faster where the CPU has AVX-512 BF16 or AMX, slower where it has not.
         self.bf16_matmuls = False
+        self.activation_checkpointing = optim.activation_checkpointing
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """Per-layer activation checkpointing: each decoder layer keeps only its input and runs
+        again in the backward pass (non-reentrant, so the frozen inputs need no gradient)."""
+        return self._checkpointing
+
+    @activation_checkpointing.setter
+    def activation_checkpointing(self, on: bool) -> None:
+        lm = self.causal_lm
+        # transformers 5.x renamed gradient_checkpointing_*; the old names still work, with a warning
+        if on:
+            enable = getattr(lm, "activation_checkpointing_enable", None) or lm.gradient_checkpointing_enable
+            enable({"use_reentrant": False})
+        else:
+            disable = getattr(lm, "activation_checkpointing_disable", None) or lm.gradient_checkpointing_disable
+            disable()
+        self._checkpointing = bool(on)
 
     # ---- facts -------------------------------------------------------------------------------
     @property
@@ -370,6 +389,14 @@ class TorchTrainedBackend(Backend):
     @shared_prefix.setter
     def shared_prefix(self, on: bool) -> None:
         self.trainer.shared_prefix = on
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        return self.trainer.activation_checkpointing
+
+    @activation_checkpointing.setter
+    def activation_checkpointing(self, on: bool) -> None:
+        self.trainer.activation_checkpointing = on
 
     def save_adapter(self, directory: Path) -> None:
         self.trainer.save_adapter(directory)

@@ -17,7 +17,7 @@ def lora_settings(**changes) -> LoraSettings:
 
 
 def optim_settings(**changes) -> OptimSettings:
-    return replace(OptimSettings.from_config(Config().train, TEST_MICROBATCH_TOKENS), **changes)
+    return replace(OptimSettings.from_config(Config().train, TEST_MICROBATCH_TOKENS, False), **changes)
 
 
 def grpo_settings(**changes) -> GrpoSettings:

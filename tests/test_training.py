@@ -84,3 +84,26 @@ def test_external_importance_weight_is_off_by_default_and_truncated_when_on(back
     expected = [1.0, 1.0, np.exp(-3.0), np.exp(-3.0), np.exp(-3.0), 2.0]  # exp(-6+3); exp(-1+9) capped at 2
     assert torch.allclose(w, torch.tensor(expected, dtype=w.dtype), atol=1e-6)
     assert float(sequence_importance_weight(torch.tensor(0.0), torch.tensor(-1e6), 5.0)) == 5.0  # no overflow
+
+
+def test_a_step_frees_the_samplers_cache_and_a_new_one_serves_the_same_policy(backend):
+    """The KV cache (~0.2 GB in a default round) must not sit beside the step's activations at
+    the node's peak: the step frees llama.cpp's context. The next call makes a new one, which
+    samples as the old one did and carries the handed-off adapter."""
+    prompts = [ChatPrompt("Be brief.", "Name a colour.")]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+    first = backend.generate(prompts, 2, params)
+    same_context = backend.generate(prompts, 2, params)
+    prompt = first.prompt_ids[0]
+    base_logits = backend.generator.prompt_logits(prompt)
+    assert backend.generator._ctx is not None
+    backend.train_step([TrainSample(prompt, first.completions[0][0].token_ids, 1.0),
+                        TrainSample(prompt, first.completions[0][1].token_ids + [13], -1.0)])
+    assert backend.generator._ctx is None
+    after = backend.generate(prompts, 2, params)  # no hand-off yet: still the base policy
+    assert [c.token_ids for c in after.completions[0]] == [c.token_ids for c in same_context.completions[0]]
+    backend.hand_off()
+    kept = backend.generator.prompt_logits(prompt)
+    backend.generator.release_context()
+    fresh = backend.generator.prompt_logits(prompt)
+    assert np.array_equal(kept, fresh) and not np.array_equal(fresh, base_logits)
