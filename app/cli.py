@@ -1,4 +1,5 @@
-"""The `swarmling` command: run, sim, id, doctor, bench, config."""
+"""The `swarmling` command: its arguments, and which module runs each subcommand (the swarm's in
+`swarm_cli.py`; the node's run, control and service here)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from .config import Config, ConfigError, describe_keys, load_config, parse_value
 from .paths import resolve_paths
+from .swarm_cli import identity_command, invite_command, join_command, relay_command
 
 
 def _positive(text: str) -> int:
@@ -198,18 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "service":
         return _service(paths, args)
     if args.command == "invite":
-        return _invite(config, paths, args.helpers, args.public_host)
+        return invite_command(config, paths, args.helpers, args.public_host)
     if args.command == "join":
-        return _join(paths, config_file, args.invite, args.replace)
+        return join_command(paths, config_file, args.invite, args.replace)
     _log_to_file(paths, config)
     if args.command == "doctor":
         from .doctor import doctor
 
         return _guard(lambda: doctor(config, paths, config_file))
     if args.command == "id":
-        return _guard(lambda: _identity(config, paths, new=args.new, adopt=args.adopt))
+        return _guard(lambda: identity_command(config, paths, new=args.new, adopt=args.adopt))
     if args.command == "relay":
-        return _guard(lambda: _relay(config, paths, args.public_host, args.every))
+        return _guard(lambda: relay_command(config, paths, args.public_host, args.every))
     if args.command == "sim":
         from .sim import SimOptions, compare, simulate
 
@@ -334,111 +336,6 @@ def _config(config: Config, args: argparse.Namespace) -> int:
         for key, value in values.items():
             print(f"{key} = {'auto' if value is None else repr(value)}")
     return 0
-
-
-def _invite(config: Config, paths, helpers: list[str], public_host: str) -> int:
-    from .invite import InviteError, make_invite
-
-    try:
-        text, invite, notes = make_invite(config, paths.data_dir, helpers, public_host)
-    except InviteError as exc:
-        print(f"swarmling: {exc}", file=sys.stderr)
-        return 1
-    print(text)  # alone on stdout: `swarmling invite > invite.txt` holds just the invite
-    print(f"swarm {invite.swarm!r} through {len(invite.helpers)} helper(s):", file=sys.stderr)
-    for addr in invite.helpers:
-        print(f"  {addr}", file=sys.stderr)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    print("a volunteer joins with: swarmling join <the line above>", file=sys.stderr)
-    return 0
-
-
-def _join(paths, config_file: Path, text: str, replace: bool) -> int:
-    from .control import ControlError, send
-    from .invite import InviteError, decode_invite, join
-
-    try:
-        invite = decode_invite(text)
-        joined = join(config_file, invite, replace=replace)
-    except InviteError as exc:
-        print(f"swarmling: not joining: {exc}", file=sys.stderr)
-        return 2
-    except ConfigError as exc:
-        print(f"swarmling: not joining: {exc}", file=sys.stderr)
-        return 1
-    if not joined.changes:
-        print(f"already in swarm {invite.swarm!r} with these helpers: {config_file} is unchanged")
-        return 0
-    print(f"joined swarm {invite.swarm!r}; {config_file}:")
-    for line in joined.changes:
-        print(f"  {line}")
-    for key in joined.overridden:
-        print(f"note: {key} is still overridden by an environment variable (SWARMLING_{key.upper().replace('.', '__')})")
-    try:
-        send(paths.state_dir, "status", timeout_s=2.0)
-        print("the running node keeps its swarm until it restarts: stop it and start it again to join")
-    except ControlError:
-        pass
-    return 0
-
-
-def _identity(config: Config, paths, *, new: bool, adopt: bool) -> int:
-    from .swarm.identity import IdentityError, load_or_create, new_identity
-
-    paths.ensure()
-    try:
-        identity = new_identity(paths.data_dir) if new else load_or_create(paths.data_dir, adopt=adopt)
-    except IdentityError as exc:
-        print(f"swarmling: {exc}", file=sys.stderr)
-        return 1
-    sw = config.swarm
-    print(f"peer id  {identity.peer_id}{'  (new)' if identity.created else ''}")
-    print(f"swarm    {sw.name}{'' if sw.enabled else ' (disabled in config)'}")
-    print("dial me at (give one of these to a friend's --peer):")
-    for host in _listen_hosts(sw.listen_host):
-        port = sw.port if sw.port else "<port chosen at start>"
-        print(f"  /ip4/{host}/tcp/{port}/p2p/{identity.peer_id}")
-    return 0
-
-
-def _relay(config: Config, paths, public_host: str, every_s: float) -> int:
-    from .swarm.helper import Helper, HelperSettings
-    from .swarm.host import SwarmError
-    from .swarm.identity import IdentityError, load_or_create
-
-    paths.ensure()
-    sw = config.swarm
-    try:
-        helper = Helper(HelperSettings(sw.name, sw.listen_host, sw.port, (*sw.bootstrap, *sw.peers), public_host),
-                        load_or_create(paths.data_dir), paths.data_dir)
-        helper.start()
-    except (IdentityError, SwarmError, ValueError) as exc:
-        print(f"swarmling: {exc}", file=sys.stderr)
-        return 1
-    from .invite import InviteError, make_invite
-
-    print(f"helper for swarm {sw.name!r}: peer {helper.identity.peer_id}, listening on {', '.join(helper.host.listen_addrs)}")
-    try:
-        invite, _, _ = make_invite(config, paths.data_dir, helpers=helper.addresses() if public_host else (),
-                                   public_host=public_host)
-        print(f"volunteers join with:  swarmling join {invite}")
-    except InviteError:
-        print("no public address found on this machine: pass --public-host (the IP or name peers dial), then "
-              "`swarmling invite --public-host ...` prints the line volunteers join with")
-    print(f"figures every {every_s:.0f} s below and in {helper.figures_file}")
-    sys.stdout.flush()
-    try:
-        helper.run_until_stopped(every_s, say=lambda line: print(line, flush=True))
-    finally:
-        helper.stop()
-    return 0
-
-
-def _listen_hosts(listen_host: str) -> list[str]:
-    from .swarm.addresses import interface_hosts
-
-    return interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]
 
 
 def _guard(fn) -> int:
