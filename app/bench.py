@@ -8,8 +8,9 @@ process on the same samples (timings on a busy machine are noisy; a ratio within
 Each switch the backend's trainer offers is then flipped for a pass of its own: bf16 matmuls
 (`train.cpu_bf16`, the CPU's) against fp32, with what they do to the sampler/trainer logprob
 agreement; per-layer activation checkpointing (`train.activation_checkpointing`), with the time
-it costs and the training peak it saves (each pass's peak where Linux can reset it).
-Peak resident memory is the rounds' (after the start's one-time model conversion, before the
+it costs and the training peak it saves (each pass's own peak on Linux, or the GPU's on CUDA);
+not checkpointing off where a memory ceiling turned it on. Peak resident memory is the rounds'
+(on Linux from the first round, after the start's one-time model conversion; before the
 comparison, whose unshared pass is not what a node runs).
 
 The reference decodes exactly the token counts the round produced (same prompts, same number of
@@ -75,7 +76,8 @@ def _bench(node: Node, rounds: int) -> int:
     handoff = statistics.median(r.seconds.get("hand-off", 0.0) for r in steady)
     print(f"  {'peak RSS':<9} {peak_rss_bytes() / 1e9:7.2f} GB")
     if outcome is not None:
-        _compare_training(node.backend, training_samples(outcome.trained or outcome.groups))
+        _compare_training(node.backend, training_samples(outcome.trained or outcome.groups),
+                          ceiling_set=node.config.resources.max_memory_gb is not None)
 
     reference = node.backend.reference_decoder()
     if reference is None or outcome is None:
@@ -118,45 +120,47 @@ def unique_tokens(samples: Sequence[TrainSample]) -> int:
 
 
 # The trainer's switches a backend may offer; each one the backend has gets a pass of its own.
-KNOBS = ("bf16_matmuls", "activation_checkpointing")
+TRAINER_SWITCHES = ("bf16_matmuls", "activation_checkpointing")
 
 
-def training_passes(backend: Backend) -> dict[str, dict[str, bool]]:
+def training_passes(backend: Backend, ceiling_set: bool = False) -> dict[str, dict[str, bool]]:
     """The settings of each timed pass: the node's own, without shared prefixes, and each offered
-    switch flipped."""
-    node = {"shared_prefix": True} | {k: getattr(backend, k) for k in KNOBS if hasattr(backend, k)}
+    switch flipped. Not checkpointing off where a memory ceiling turned it on: that pass could
+    take more memory than the machine's owner allowed."""
+    node = {"shared_prefix": True} | {k: getattr(backend, k) for k in TRAINER_SWITCHES if hasattr(backend, k)}
     passes = {"node": node, "unshared": node | {"shared_prefix": False}}
-    for knob in KNOBS:
-        if knob in node:
-            passes[knob] = node | {knob: not node[knob]}
+    for switch in TRAINER_SWITCHES:
+        if switch in node and not (switch == "activation_checkpointing" and node[switch] and ceiling_set):
+            passes[switch] = node | {switch: not node[switch]}
     return passes
 
 
-def _compare_training(backend: Backend, samples: list[TrainSample]) -> None:
+def _compare_training(backend: Backend, samples: list[TrainSample], ceiling_set: bool = False) -> None:
     if not any(s.advantage != 0 for s in samples):
         print("\n(the last round had no learning signal: no training to compare)")
         return
-    passes = training_passes(backend)
+    passes = training_passes(backend, ceiling_set)
+    peak = PeakMemory(on_gpu=backend.info().name == "cuda")
     runs = {}
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
         backend.save_state(Path(tmp))
         for name, switches in passes.items():
             for knob, on in switches.items():
                 setattr(backend, knob, on)
-            peak_known = reset_peak_rss()
+            peak.reset()
             start = time.perf_counter()
             stats = backend.train_step(samples)
-            runs[name] = (time.perf_counter() - start, stats, peak_rss_bytes() if peak_known else 0)
+            runs[name] = (time.perf_counter() - start, stats, peak.read())
             backend.load_state(Path(tmp))  # every pass from the same policy and optimizer state
         for knob, on in passes["node"].items():
             setattr(backend, knob, on)
     unique = unique_tokens(samples)
     print(f"\ntraining, same {len(samples)} samples ({runs['node'][1].tokens} completion tokens, {unique} unique tokens)")
     for name, label in (("node", "shared prefixes"), ("unshared", "each completion alone")):
-        seconds, stats, peak = runs[name]
+        seconds, stats, peak_bytes = runs[name]
         computed = int(stats.extra.get("computed_tokens", 0))
         print(f"  {label:<22} {seconds:7.2f} s  {stats.tokens / seconds:7.1f} completion tok/s  "
-              f"{computed} tokens computed ({computed / unique:.2f}x unique){_peak(peak)}")
+              f"{computed} tokens computed ({computed / unique:.2f}x unique){peak.label(peak_bytes)}")
     print(f"  shared is {runs['unshared'][0] / runs['node'][0]:.2f}x faster (target >= 3)")
     node = passes["node"]
     if "bf16_matmuls" in runs:
@@ -168,12 +172,41 @@ def _compare_training(backend: Backend, samples: list[TrainSample]) -> None:
     if "activation_checkpointing" in runs:
         off, on = (runs["node"], runs["activation_checkpointing"])[:: -1 if node["activation_checkpointing"] else 1]
         print(f"  activation checkpointing {on[0]:7.2f} s vs {off[0]:.2f} s without: {on[0] / off[0]:.2f}x the time"
-              f"{f', training peak {on[2] / 1e9:.2f} GB vs {off[2] / 1e9:.2f} GB' if on[2] and off[2] else ''} "
+              f"{f', {peak.name} {on[2] / 1e9:.2f} GB vs {off[2] / 1e9:.2f} GB' if on[2] and off[2] else ''} "
               f"(train.activation_checkpointing = {str(node['activation_checkpointing']).lower()})")
+    elif node.get("activation_checkpointing"):
+        print("  (not timed without activation checkpointing: the memory ceiling turned it on)")
 
 
-def _peak(peak_bytes: int) -> str:
-    return f"  training peak {peak_bytes / 1e9:.2f} GB" if peak_bytes else ""
+class PeakMemory:
+    """Each training pass's peak: the process's resident memory, or on a GPU the device's."""
+
+    def __init__(self, on_gpu: bool) -> None:
+        self.on_gpu = on_gpu
+        self.name = "GPU peak" if on_gpu else "training peak"
+        self.known = False
+
+    def reset(self) -> None:
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+            self.known = True
+        else:
+            self.known = reset_peak_rss()
+
+    def read(self) -> int:
+        """Bytes since `reset`; 0 where the platform cannot say."""
+        if not self.known:
+            return 0
+        if self.on_gpu:
+            import torch
+
+            return int(torch.cuda.max_memory_allocated())
+        return peak_rss_bytes()
+
+    def label(self, peak_bytes: int) -> str:
+        return f"  {self.name} {peak_bytes / 1e9:.2f} GB" if peak_bytes else ""
 
 
 def reset_peak_rss() -> bool:

@@ -83,9 +83,10 @@ class TrainSection(_Section):
     weight_decay: float = Field(default=0.0, ge=0)
     microbatch_tokens: int | None = Field(default=None, ge=64)
     # Per-layer activation checkpointing in the torch trainer: recompute each layer's activations
-    # in the backward pass instead of keeping them (less memory, about 40% more training time).
-    # Unset: on only when resources.max_memory_gb is too tight for a group's prompt and
-    # completions in one pass without it.
+    # in the backward pass instead of keeping them (less memory, ~1.4x the training time).
+    # Unset: on the CPU backend, on only when the memory limit (resources.max_memory_gb, or the
+    # guest's share of a small machine) is too tight for a group's pass without it; on CUDA off;
+    # the MLX trainer has none.
     activation_checkpointing: bool | None = None
     # The CPU trainer's matmuls in bf16 (weights, LoRA and optimizer stay fp32). Several times
     # faster where the CPU has AVX-512 BF16 or AMX (`swarmling doctor` says; `swarmling bench`

@@ -8,7 +8,7 @@ same schema and precedence as at start-up *before* anything is written, and writ
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,15 @@ from .config import Config, ConfigError, env_overrides, load_config
 
 
 def update_config_file(
-    file: Path, changes: Mapping[str, Any], cli: list[tuple[str, Any]] | None = None
+    file: Path, changes: Mapping[str, Any], cli: list[tuple[str, Any]] | None = None,
+    check: Callable[[Config], None] | None = None,
 ) -> tuple[Config, list[str]]:
     """Set `section.key` → value (None removes the key: back to the default / auto).
 
     Returns the effective config afterwards (file, environment and command line, as at start-up)
     and the changed keys that an environment variable or a command-line flag still overrides.
-    Raises ConfigError, naming the key, when the result would not be a valid config.
+    Raises ConfigError, naming the key, when the result would not be a valid config, or when
+    `check` (what this machine can run) refuses it; the file is then unchanged.
     """
     try:
         text = file.read_text(encoding="utf-8") if file.exists() else ""
@@ -56,6 +58,8 @@ def update_config_file(
             config = load_config(tmp, cli=cli)
         except ConfigError as exc:  # the real file is untouched; name it, not the temp file
             raise ConfigError(str(exc).replace(str(tmp), str(file))) from None
+        if check is not None:
+            check(config)
         os.replace(tmp, file)
     except OSError as exc:
         raise ConfigError(f"could not save {file}: {exc}; the file is unchanged") from None

@@ -1,9 +1,9 @@
 """Per-hardware defaults for the keys a config leaves unset, and the settings they resolve to.
 
 Measured on a 2-core x86 CPU with the shipped 135M model (starter preset): 8 questions x 8
-completions generate in ≈ 5-10 s and train in ≈ 4-8 s, a round of ≈ 15 s on 2 threads and ≈ 18 s
-on the default 1 thread — well inside the 90 s budget for this class of machine. Bigger CPUs get
-bigger rounds.
+completions generate in ≈ 5-11 s and train in ≈ 4-11 s (`swarmling bench`): a round of ≈ 12 s on 2
+threads and ≈ 22 s on the default 1 thread — well inside the 90 s budget for this class of machine.
+Bigger CPUs get bigger rounds.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import Config
-from .hardware import Hardware
+from .hardware import Hardware, choose_backend
 from .tasks import Preset
 
 
@@ -30,7 +30,7 @@ class Resolved:
 # with the sampler's KV cache freed (`CpuBackend.train_step`): a fixed part (the torch weights in
 # fp32, llama.cpp's weights, the runtime) plus what one training microbatch needs for its
 # backward pass, which grows with its padded tokens. With per-layer activation checkpointing a
-# layer keeps only its input, so a token costs well under half as much, for ~1.4-1.6x the training
+# layer keeps only its input, so a token costs well under half as much, for ~1.4x the training
 # time. Measured on 2 threads, default round (`swarmling bench`'s per-pass training peak, and
 # steps at 128-1024 tokens): 2.0-2.2 GB at 256 tokens, 3.6 GB at 1024; checkpointed 1.6-1.7 GB at
 # 256, 1.8-1.9 at 512, 2.3-2.4 at 1024. Bigger models scale both parts by their size relative to
@@ -43,11 +43,18 @@ MIN_MICROBATCH = 128
 # 200 tokens. Below this a group's row is split and its prompt computed again for every part, so
 # under a tight ceiling checkpointing (which keeps a whole group in a pass) is the better trade.
 ONE_GROUP_MICROBATCH = 256
-# Without a memory ceiling the CPU node keeps its estimated peak under this: a guest on a 4 GB
-# machine leaves its owner 1.5 GB (a browser). Sharing prefixes makes a small microbatch cheap
-# (a bigger microbatch only takes fewer, not fewer-token, passes), so nothing is lost by not
-# using the machine's memory.
+# Sampling holds what the node keeps between steps (~1.2 GB, freed heap returned) plus llama.cpp's
+# context, which grows with the round: its KV cache (23 KB a token cell in f16) and compute
+# buffers, measured together at ~60 KB a cell (1.45-1.55 GB peak for the default round's ~3800).
+SAMPLING_BASE_BYTES = 1.25e9
+SAMPLING_BYTES_PER_CELL = 60e3
+PROMPT_TOKENS = 100  # a task prompt in the chat template, generously
+# Without a memory ceiling the CPU node keeps its estimated peak under this, and under a share of
+# the machine's memory: a guest on a 4 GB machine leaves its owner more than half (a browser).
+# Sharing prefixes makes a small microbatch cheap (a bigger microbatch only takes fewer, not
+# fewer-token, passes), so nothing is lost by not using more of a big machine's memory.
 GUEST_BYTES = 2.5e9
+GUEST_SHARE = 0.45
 DEFAULT_MICROBATCH = 2048  # the starting point the guest ceiling halves from
 
 
@@ -80,13 +87,29 @@ def fit_microbatch(microbatch: int, ceiling_bytes: float, model_scale: float = 1
     return microbatch
 
 
-def wants_checkpointing(config: Config, ceiling_bytes: float | None, model_scale: float = 1.0) -> bool:
-    """train.activation_checkpointing, or when unset: on only under a memory ceiling that cannot
-    hold a whole group in one pass without it."""
+def sampling_peak_bytes(questions: int, completions: int, max_new_tokens: int, model_scale: float = 1.0) -> float:
+    """The CPU node's estimated peak while generating a round (llama.cpp's context at its largest)."""
+    cells = questions * (PROMPT_TOKENS + completions * (max_new_tokens + 1))
+    return model_scale * (SAMPLING_BASE_BYTES + SAMPLING_BYTES_PER_CELL * cells)
+
+
+def guest_bytes(hw: Hardware) -> float:
+    """The memory a node allows itself when no ceiling is set."""
+    return min(GUEST_BYTES, GUEST_SHARE * hw.memory_total) if hw.memory_total else GUEST_BYTES
+
+
+def wants_checkpointing(config: Config, limit_bytes: float, model_scale: float = 1.0, strict: bool = True) -> bool:
+    """train.activation_checkpointing, or when unset: on only under a limit that cannot hold one
+    group's pass without it (or the smaller microbatch the config asks for). Under the guest's
+    own limit (not `strict`), only where checkpointing then fits: a big model that cannot be a
+    small guest either way keeps its speed."""
     chosen = config.train.activation_checkpointing
     if chosen is not None:
         return chosen
-    return ceiling_bytes is not None and estimate_peak_bytes(ONE_GROUP_MICROBATCH, model_scale) > ceiling_bytes
+    one_pass = min(config.train.microbatch_tokens or ONE_GROUP_MICROBATCH, ONE_GROUP_MICROBATCH)
+    if estimate_peak_bytes(one_pass, model_scale) <= limit_bytes:
+        return False
+    return strict or estimate_peak_bytes(MIN_MICROBATCH, model_scale, checkpointing=True) <= limit_bytes
 
 
 def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1.0) -> Resolved:
@@ -95,9 +118,10 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
     small = threads <= 4
     questions = config.round.questions or (8 if small else 16)
     completions = config.round.completions or 8
+    max_new_tokens = config.round.max_new_tokens or preset.max_new_tokens
     ceiling = config.resources.max_memory_gb
-    checkpointing = False
-    if hw.cuda_devices and config.backend.kind in ("auto", "cuda"):
+    kind = choose_backend(hw).name if config.backend.kind == "auto" else config.backend.kind
+    if kind == "cuda" and hw.cuda_devices:
         # On a GPU the microbatch follows device memory (logits are chunked, so activations of a
         # sub-1B model dominate): 8k tokens on an 8-16 GB card, up to 32k on an 80 GB one.
         gpu_gib = (hw.cuda_memory[0] if hw.cuda_memory else 0) / 2**30
@@ -106,19 +130,31 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
         checkpointing = bool(config.train.activation_checkpointing)
     else:
         # Peak training memory grows with the tokens per microbatch (see BASE_BYTES): the default
-        # fits the guest ceiling; the gradient is the same, only accumulated in more passes.
-        # A ceiling the user sets is kept to (or refused), checkpointing first if need be.
-        limit = GUEST_BYTES if ceiling is None else ceiling * 1e9
-        checkpointing = wants_checkpointing(config, None if ceiling is None else limit, model_scale)
+        # fits the guest's share; the gradient is the same, only accumulated in more passes. A
+        # ceiling the user sets is kept to (or refused), by checkpointing first where the backend
+        # can (the MLX trainer cannot: it only takes a smaller microbatch).
+        limit = guest_bytes(hw) if ceiling is None else ceiling * 1e9
+        strict = ceiling is not None
+        if kind == "cpu":
+            checkpointing = wants_checkpointing(config, limit, model_scale, strict)
+        else:  # MLX: only if asked (its trainer then says it cannot); it fits by microbatch alone
+            checkpointing = bool(config.train.activation_checkpointing)
         microbatch = fit_microbatch(config.train.microbatch_tokens or DEFAULT_MICROBATCH, limit, model_scale,
-                                    strict=ceiling is not None, checkpointing=checkpointing)
+                                    strict=strict, checkpointing=checkpointing and kind == "cpu")
         if ceiling is None and config.train.microbatch_tokens:
             microbatch = config.train.microbatch_tokens  # asked for, and no ceiling to keep to
+        sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)
+        if ceiling is not None and kind == "cpu" and sampling > limit:
+            raise ResourceError(
+                f"resources.max_memory_gb = {ceiling:g} is below what generating a round of {questions} questions x "
+                f"{completions} completions x {max_new_tokens} new tokens needs (about {sampling / 1e9:.1f} GB): "
+                "lower round.questions, round.completions or round.max_new_tokens, or raise the ceiling"
+            )
     return Resolved(
         threads=threads,
         questions=questions,
         completions=completions,
-        max_new_tokens=config.round.max_new_tokens or preset.max_new_tokens,
+        max_new_tokens=max_new_tokens,
         # SAPO's I local + J external: by default the questions a round generates split between the
         # two (8 questions -> 4 local + 4 external, the paper's best mix).
         local_groups=(
@@ -132,10 +168,14 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
 
 
 def memory_note(config: Config, resolved: Resolved, model_scale: float = 1.0) -> str | None:
-    """What a memory ceiling made of the training microbatch, for the user (None: no ceiling set)."""
-    if config.resources.max_memory_gb is None or config.train.microbatch_tokens is not None:
-        return None
+    """What a memory ceiling (the user's, or the guest's share of a small machine) made of the
+    training microbatch, for the user; None when there is nothing to say."""
+    chose_checkpointing = resolved.activation_checkpointing and config.train.activation_checkpointing is None
+    ceiling = config.resources.max_memory_gb
+    if not chose_checkpointing and (ceiling is None or config.train.microbatch_tokens is not None):
+        return None  # nothing was chosen for the user
     mb, ckpt = resolved.microbatch_tokens, resolved.activation_checkpointing
-    return (f"memory ceiling {config.resources.max_memory_gb:g} GB: training microbatch {mb} tokens"
+    limit = f"memory ceiling {ceiling:g} GB" if ceiling is not None else "a guest on this machine's memory"
+    return (f"{limit}: training microbatch {mb} tokens"
             f"{', activation checkpointing' if ckpt else ''} "
             f"(estimated peak {estimate_peak_bytes(mb, model_scale, ckpt) / 1e9:.1f} GB)")

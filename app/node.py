@@ -27,7 +27,7 @@ from ..backends.base import Abandoned, Backend
 from . import metrics as metrics_log
 from ..backends.factory import build_backend
 from .backend_slot import BackendBuilder, BackendSlot, backend_spec, model_scale
-from .config import LIVE_KEYS, Config, changed_keys
+from .config import LIVE_KEYS, Config, ConfigError, changed_keys
 from .control import ControlServer, open_control
 from .curriculum import Curriculum
 from .defaults import ResourceError, Resolved, memory_note, resolve
@@ -222,6 +222,17 @@ class Node:
         """Apply the guest rules to these readings now (the monitor's thread does it periodically)."""
         self._guest.check(readings)
 
+    def check_config(self, config: Config) -> None:
+        """Raise ConfigError when this machine cannot run `config` (a memory ceiling that no round
+        fits), so that the settings screen refuses it before the file is written."""
+        if self.slot is None:  # not started: start() checks, and says so
+            return
+        preset = self.preset if config.round.preset == self.preset.name else load_preset(config.round.preset)
+        try:
+            resolve(config, self.hardware, preset, model_scale(self.model))
+        except ResourceError as exc:
+            raise ConfigError(str(exc)) from None
+
     def apply_config(self, config: Config) -> list[str]:
         """Take a changed config from the settings screen. The round mix applies from the next
         round; returns the changed keys that need a restart (backend, model, preset, swarm)."""
@@ -229,9 +240,11 @@ class Node:
         self.config = config
         if self.slot is None:  # not started yet: start() reads the new config
             return []
-        # Threads and microbatch are fixed by the backend already built.
-        self.resolved = replace(resolve(config, self.hardware, self.preset), threads=self.resolved.threads,
-                                microbatch_tokens=self.resolved.microbatch_tokens)
+        # Threads and the training memory settings are fixed by the backend already built.
+        self.resolved = replace(resolve(config, self.hardware, self.preset, model_scale(self.model)),
+                                threads=self.resolved.threads,
+                                microbatch_tokens=self.resolved.microbatch_tokens,
+                                activation_checkpointing=self.resolved.activation_checkpointing)
         self._guest.update(config.resources)  # the guest rules take the new settings at the next check
         return [key for key in changed if key not in LIVE_KEYS]
 

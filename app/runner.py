@@ -81,7 +81,7 @@ class NodeRunner:
         """Write the changes to the config file and apply what can be applied live. Returns the
         keys that need a restart and the keys a flag or environment variable still overrides;
         raises ConfigError (file unchanged) on a bad value."""
-        config, overridden = update_config_file(self.config_file, changes, self.cli)
+        config, overridden = update_config_file(self.config_file, changes, self.cli, check=self.node.check_config)
         return self.node.apply_config(config), overridden
 
     # ---- the node's thread ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The swarm's commands: `swarmling invite`, `join`, `id` and `relay` (the helper). Each prints for
-the user and returns the exit status; `cli.py` parses their arguments and calls them. py-libp2p is
-imported only by the commands that start a host (`relay`): listing addresses must stay quick."""
+the user and returns the exit status; `cli.py` parses their arguments and calls them. Listing this
+machine's addresses imports no py-libp2p (a second and 70 MB); the peer identity does."""
 
 from __future__ import annotations
 

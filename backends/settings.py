@@ -34,7 +34,7 @@ class OptimSettings:
     # Padded tokens (prompt + completion) per forward/backward pass; bounds peak memory.
     microbatch_tokens: int
     # Keep only each layer's input through the forward pass and recompute the rest in the
-    # backward: a fraction of the activation memory for about 40% more training time.
+    # backward: a fraction of the activation memory for ~1.4x the training time.
     activation_checkpointing: bool
 
     @classmethod

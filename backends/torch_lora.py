@@ -110,21 +110,27 @@ class TorchLoraTrainer:
         # The forward and backward matmuls in bf16 (torch.autocast); weights, LoRA and AdamW stay
         # fp32. Several times faster where the CPU has AVX-512 BF16 or AMX, slower where it has not.
         self.bf16_matmuls = False
+        self._checkpointing = False
         self.activation_checkpointing = optim.activation_checkpointing
 
     @property
     def activation_checkpointing(self) -> bool:
         """Per-layer activation checkpointing: each decoder layer keeps only its input and runs
-        again in the backward pass (non-reentrant, so the frozen inputs need no gradient)."""
+        again in the backward pass."""
         return self._checkpointing
 
     @activation_checkpointing.setter
     def activation_checkpointing(self, on: bool) -> None:
+        if bool(on) == self._checkpointing:
+            return
         lm = self.causal_lm
         # transformers 5.x renamed gradient_checkpointing_*; the old names still work, with a warning
         if on:
             enable = getattr(lm, "activation_checkpointing_enable", None) or lm.gradient_checkpointing_enable
             enable({"use_reentrant": False})
+            # Enabling also makes the embeddings' output require a gradient (a hook that only the
+            # reentrant variant needs, and that disabling would not remove under peft): remove it.
+            lm.disable_input_require_grads()
         else:
             disable = getattr(lm, "activation_checkpointing_disable", None) or lm.gradient_checkpointing_disable
             disable()

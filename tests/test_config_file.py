@@ -30,3 +30,20 @@ def test_config_file_edit_refuses_bad_values_and_leaves_the_file(tmp_path):
         update_config_file(file, {"nope.key": 1})
     assert file.read_text() == "[round]\nquestions = 4\n"
     assert [p.name for p in tmp_path.iterdir()] == ["config.toml"]  # no temp file left behind
+
+
+def test_a_setting_this_machine_cannot_run_is_refused_before_the_file_is_written(tmp_path):
+    """The settings screen hands the node's own check: a ceiling no round fits is said now, not
+    at the next start."""
+
+    def check(config):
+        if config.resources.max_memory_gb is not None and config.resources.max_memory_gb < 1:
+            raise ConfigError("resources.max_memory_gb = 0.5 is below what this model needs")
+
+    file = tmp_path / "config.toml"
+    file.write_text("[round]\nquestions = 4\n")
+    with pytest.raises(ConfigError, match="below what this model needs"):
+        update_config_file(file, {"resources.max_memory_gb": 0.5}, check=check)
+    assert file.read_text() == "[round]\nquestions = 4\n"
+    update_config_file(file, {"resources.max_memory_gb": 3.0}, check=check)
+    assert "max_memory_gb = 3.0" in file.read_text()

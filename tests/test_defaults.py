@@ -1,10 +1,31 @@
-"""Per-hardware defaults: the training microbatch fitted under a memory ceiling."""
+"""Per-hardware defaults: the training microbatch and activation checkpointing fitted under a
+memory ceiling (the user's, or the guest's share of the machine), per backend."""
 
 from __future__ import annotations
 
 import pytest
 
-from swarmling.app.defaults import ResourceError, estimate_peak_bytes, fit_microbatch
+from swarmling.app.config import Config
+from swarmling.app.defaults import (
+    GUEST_BYTES,
+    ONE_GROUP_MICROBATCH,
+    ResourceError,
+    estimate_peak_bytes,
+    fit_microbatch,
+    memory_note,
+    resolve,
+)
+from swarmling.app.hardware import Hardware
+from swarmling.app.tasks import load_preset
+
+
+def machine(gib: float, **kw) -> Hardware:
+    return Hardware(system="Linux", machine="x86_64", cpu="x", physical_cores=2, logical_cores=2,
+                    memory_total=int(gib * 2**30), memory_available=int(gib * 2**30), **kw)
+
+
+def resolved(gib: float = 8, hw: Hardware | None = None, **sections):
+    return resolve(Config.model_validate(sections), hw or machine(gib), load_preset("starter"))
 
 
 def test_the_microbatch_halves_until_the_estimated_peak_fits():
@@ -17,65 +38,68 @@ def test_a_ceiling_below_the_smallest_microbatch_is_refused_with_what_would_fit(
 
 
 def test_without_a_ceiling_the_cpu_default_is_a_good_guest_on_any_machine():
-    """Sized from the guest ceiling, not from the machine's memory: a 64 GB box and a 4 GB one get
-    the same microbatch, whose estimated peak stays under the guest ceiling; a ceiling the user sets wins."""
-    from swarmling.app.config import Config
-    from swarmling.app.defaults import GUEST_BYTES, resolve
-    from swarmling.app.hardware import Hardware
-    from swarmling.app.tasks import load_preset
-
-    def machine(gib):
-        return Hardware(system="Linux", machine="x86_64", cpu="x", physical_cores=2, logical_cores=2,
-                        memory_total=gib * 2**30, memory_available=gib * 2**30)
-
-    preset = load_preset("starter")
-    sizes = {resolve(Config(), machine(gib), preset).microbatch_tokens for gib in (4, 8, 64)}
-    assert len(sizes) == 1 and estimate_peak_bytes(sizes.pop()) <= GUEST_BYTES
-    roomy = Config.model_validate({"resources": {"max_memory_gb": 8}})
-    assert estimate_peak_bytes(resolve(roomy, machine(64), preset).microbatch_tokens) > GUEST_BYTES
-
-
-def resolve_on_a_small_cpu(**sections):
-    from swarmling.app.config import Config
-    from swarmling.app.defaults import resolve
-    from swarmling.app.hardware import Hardware
-    from swarmling.app.tasks import load_preset
-
-    hw = Hardware(system="Linux", machine="x86_64", cpu="x", physical_cores=2, logical_cores=2,
-                  memory_total=4 * 2**30, memory_available=4 * 2**30)
-    return resolve(Config.model_validate(sections), hw, load_preset("starter"))
-
-
-def test_checkpointing_stays_off_unless_a_ceiling_cannot_hold_a_group_in_one_pass():
-    from swarmling.app.defaults import ONE_GROUP_MICROBATCH
-
-    guest = resolve_on_a_small_cpu()
-    assert not guest.activation_checkpointing and guest.microbatch_tokens == ONE_GROUP_MICROBATCH
-    roomy = resolve_on_a_small_cpu(resources={"max_memory_gb": 3})
-    assert not roomy.activation_checkpointing and roomy.microbatch_tokens >= ONE_GROUP_MICROBATCH
+    """Sized from the guest ceiling, not from the machine's memory: an 8 GB box and a 64 GB one
+    get the same microbatch, a group in one pass, under the guest ceiling; a 4 GB one keeps the
+    node under its guest share (checkpointing, at ~1.4x the training time); a ceiling the user
+    sets wins."""
+    big = {resolved(gib) for gib in (8, 64)}
+    assert len(big) == 1
+    default = big.pop()
+    assert default.microbatch_tokens == ONE_GROUP_MICROBATCH and not default.activation_checkpointing
+    assert estimate_peak_bytes(default.microbatch_tokens) <= GUEST_BYTES
+    small = resolved(4)
+    assert small.activation_checkpointing and small.microbatch_tokens >= ONE_GROUP_MICROBATCH
+    assert estimate_peak_bytes(small.microbatch_tokens, checkpointing=True) <= 0.5 * 4 * 2**30
+    roomy = resolved(64, resources={"max_memory_gb": 8})
+    assert estimate_peak_bytes(roomy.microbatch_tokens) > GUEST_BYTES and not roomy.activation_checkpointing
 
 
 def test_a_tight_ceiling_turns_checkpointing_on_and_still_keeps_a_group_in_one_pass():
     """2 GB is below a group's pass without checkpointing (~2.1 GB) but fits one with it."""
-    tight = resolve_on_a_small_cpu(resources={"max_memory_gb": 2})
-    assert tight.activation_checkpointing
-    assert tight.microbatch_tokens >= 256
+    tight = resolved(resources={"max_memory_gb": 2})
+    assert tight.activation_checkpointing and tight.microbatch_tokens >= ONE_GROUP_MICROBATCH
     assert estimate_peak_bytes(tight.microbatch_tokens, checkpointing=True) <= 2e9
     with pytest.raises(ResourceError, match="with activation checkpointing"):
-        resolve_on_a_small_cpu(resources={"max_memory_gb": 1.2})
+        resolved(resources={"max_memory_gb": 1.2})
+
+
+def test_a_small_microbatch_the_user_asked_for_that_fits_gets_no_checkpointing():
+    small = resolved(resources={"max_memory_gb": 2}, train={"microbatch_tokens": 128})
+    assert small.microbatch_tokens == 128 and not small.activation_checkpointing
 
 
 def test_the_users_choice_of_checkpointing_wins_and_the_ceiling_is_still_kept():
-    forced_off = resolve_on_a_small_cpu(resources={"max_memory_gb": 2}, train={"activation_checkpointing": False})
+    forced_off = resolved(resources={"max_memory_gb": 2}, train={"activation_checkpointing": False})
     assert not forced_off.activation_checkpointing
     assert estimate_peak_bytes(forced_off.microbatch_tokens) <= 2e9  # a split group, prompt repeated
-    assert resolve_on_a_small_cpu(train={"activation_checkpointing": True}).activation_checkpointing
+    assert resolved(train={"activation_checkpointing": True}).activation_checkpointing
+
+
+def test_the_mlx_trainer_cannot_checkpoint_so_a_ceiling_is_kept_by_the_microbatch_alone():
+    mac = machine(16, apple_silicon=True, mlx_importable=True)
+    under = resolved(hw=mac, resources={"max_memory_gb": 2})
+    assert not under.activation_checkpointing
+    assert estimate_peak_bytes(under.microbatch_tokens) <= 2e9
+
+
+def test_the_cpu_backend_on_a_gpu_machine_keeps_the_ceiling_and_the_gpu_sizes_by_its_memory():
+    gpu = machine(64, cuda_devices=("H100",), cuda_memory=(80 * 2**30,))
+    on_gpu = resolved(hw=gpu, resources={"max_memory_gb": 2})
+    assert on_gpu.microbatch_tokens == 32768 and not on_gpu.activation_checkpointing
+    on_cpu = resolved(hw=gpu, resources={"max_memory_gb": 2}, backend={"kind": "cpu"})
+    assert on_cpu.activation_checkpointing and estimate_peak_bytes(on_cpu.microbatch_tokens, checkpointing=True) <= 2e9
+
+
+def test_a_round_too_big_to_generate_under_the_ceiling_is_refused_with_what_to_lower():
+    with pytest.raises(ResourceError, match="round.questions"):
+        resolved(resources={"max_memory_gb": 2}, round={"questions": 32, "completions": 16, "max_new_tokens": 256})
 
 
 def test_the_memory_note_says_when_checkpointing_was_chosen():
-    from swarmling.app.config import Config
-    from swarmling.app.defaults import memory_note
-
-    config = Config.model_validate({"resources": {"max_memory_gb": 2}})
-    note = memory_note(config, resolve_on_a_small_cpu(resources={"max_memory_gb": 2}))
-    assert note is not None and "activation checkpointing" in note
+    for train in ({}, {"microbatch_tokens": 512}):
+        sections = {"resources": {"max_memory_gb": 2}, "train": train}
+        note = memory_note(Config.model_validate(sections), resolved(**sections))
+        assert note is not None and "activation checkpointing" in note, train
+    small_machine = memory_note(Config(), resolved(4))
+    assert small_machine is not None and "guest" in small_machine and "activation checkpointing" in small_machine
+    assert memory_note(Config(), resolved(8)) is None

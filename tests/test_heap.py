@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from swarmling.backends.heap import return_freed_memory
+from swarmling.backends.heap import _glibc, return_freed_memory
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim: Linux only")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or _glibc() is None,
+                                reason="glibc's malloc_trim: Linux with glibc only")
 
 
 def anonymous_rss() -> int:
@@ -23,7 +24,7 @@ def anonymous_rss() -> int:
 def test_freed_heap_chunks_below_a_live_one_are_returned():
     """What a training step leaves: many mid-sized blocks freed, with something still alive above
     them, so glibc's own trimming (from the top of the heap only) cannot give them back."""
-    libc = ctypes.CDLL("libc.so.6")
+    libc = _glibc()
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
     chunk, count = 64 * 1024, 2000  # 128 MB, below the size glibc would mmap on its own

@@ -9,10 +9,11 @@ import threading
 from datetime import datetime
 
 import numpy as np
+import pytest
 from fakes import FakeBackend
 from waiting import wait_until
 
-from swarmling.app.config import load_config
+from swarmling.app.config import ConfigError, load_config
 from swarmling.app.curriculum import Curriculum
 from swarmling.app.guest import Readings
 from swarmling.app.node import Node
@@ -160,6 +161,18 @@ def test_peers_bundles_are_verified_at_intake_with_the_swarm_off(tmp_path):
     assert 0 < record["external_advantage_share"] < 1  # peers taught part of this round's update
     warnings = [e.text for e in events if type(e).__name__ == "Notice"]
     assert any("not a zlib stream" in w for w in warnings) and any("claims to come from" in w for w in warnings)
+
+
+def test_the_node_refuses_a_config_whose_round_its_memory_ceiling_cannot_hold(tmp_path):
+    node, _ = make_node(tmp_path)
+    try:
+        node.start()
+        node.check_config(load_config(None, environ={}, cli=[*CLI, ("resources.max_memory_gb", 3.0)]))
+        with pytest.raises(ConfigError, match="round.questions"):
+            node.check_config(load_config(None, environ={}, cli=[
+                *CLI, ("resources.max_memory_gb", 2.0), ("round.questions", 64), ("round.max_new_tokens", 512)]))
+    finally:
+        node.close()
 
 
 def test_a_new_temperature_waits_for_a_restart(tmp_path):

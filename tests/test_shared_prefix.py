@@ -205,14 +205,19 @@ def test_activation_checkpointing_computes_the_same_and_keeps_a_fraction_of_the_
     def compute():
         return trainer_logprobs(trainer, samples, 4096)
 
+    embeddings = trainer.causal_lm.get_input_embeddings()
+    hooks = len(embeddings._forward_hooks)
     plain_lp, plain_grad = logprobs_and_gradient(trainer, compute, weights)
     plain_saved = saved_bytes(compute)
     trainer.activation_checkpointing = True
     try:
+        trainer.activation_checkpointing = True  # again: a no-op
         lp, grad = logprobs_and_gradient(trainer, compute, weights)
         saved = saved_bytes(compute)
     finally:
         trainer.activation_checkpointing = False
+    # nothing left behind: no hook making the frozen embeddings' output require a gradient
+    assert len(embeddings._forward_hooks) == hooks
     assert max(float((a - b).abs().max()) for a, b in zip(plain_lp, lp)) < 1e-5
     assert float((grad - plain_grad).norm() / plain_grad.norm()) < 1e-5
     print(f"kept for the backward pass: {saved / 1e6:.1f} MB with checkpointing, {plain_saved / 1e6:.1f} MB without")
