@@ -95,7 +95,8 @@ class CpuBackend(TorchTrainedBackend):
             memory_bytes=psutil.Process().memory_info().rss,
             generator=f"llama.cpp ({self.generator.architecture}, {self.generator.model_bytes / 1e6:.0f} MB GGUF)",
             trainer=f"torch {torch.__version__} {'bf16 matmuls' if self.trainer.bf16_matmuls else 'fp32'} + LoRA r={self.settings.lora.r} "
-            f"({self.trainer.trainable_parameters() / 1e6:.2f}M trainable)",
+            f"({self.trainer.trainable_parameters() / 1e6:.2f}M trainable)"
+            + (", activation checkpointing" if self.trainer.activation_checkpointing else ""),
         )
 
     def render(self, prompt: ChatPrompt) -> str:

@@ -131,7 +131,8 @@ class CudaBackend(TorchTrainedBackend):
             generator=f"torch batched sampling ({str(self.dtype).removeprefix('torch.')}, KV cache)",
             trainer=f"torch {torch.__version__} + "
             + ("full fine-tuning" if self.settings.full else f"LoRA r={self.settings.lora.r}")
-            + f" ({self.trainer.trainable_parameters() / 1e6:.2f}M trainable), same weights as the sampler",
+            + f" ({self.trainer.trainable_parameters() / 1e6:.2f}M trainable), same weights as the sampler"
+            + (", activation checkpointing" if self.trainer.activation_checkpointing else ""),
         )
 
     def encode_prompt(self, prompt: ChatPrompt) -> list[int]:

@@ -78,6 +78,22 @@ def test_training_changes_what_is_sampled_with_no_hand_off_copy(torch_backend, t
     assert max(abs(x - y) for r0, r1 in zip(after, restored) for x, y in zip(r0, r1)) < 1e-5
 
 
+def test_with_activation_checkpointing_the_sampler_still_is_the_policy_it_trains(torch_backend):
+    """Checkpointing is switched on the model that also samples here: sampling (eval mode, no
+    grad, compiled step on a GPU) must not notice, and a step under it still moves the policy."""
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, stop=(CLOSE,), seed=4)
+    torch_backend.activation_checkpointing = True
+    try:
+        result = torch_backend.generate(prompts(), 2, params)
+        samples = samples_from(result)
+        recomputed = torch_backend.trainer.token_logprobs(samples)
+        assert max(abs(a - b) for r, s in zip(recomputed, samples) for a, b in zip(r, s.behaviour_logprobs)) < 1e-3
+        stats = torch_backend.train_step(samples)
+        assert stats.grad_norm > 0 and "activation checkpointing" in torch_backend.info().trainer
+    finally:
+        torch_backend.activation_checkpointing = False
+
+
 def test_round_memory_estimate_and_refusal(torch_backend, monkeypatch):
     cfg = torch_backend.trainer.config
     small = round_memory_bytes(cfg, 72, 406, 2)
