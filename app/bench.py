@@ -9,7 +9,7 @@ Each switch the backend's trainer offers is then flipped for a pass of its own: 
 (`train.cpu_bf16`, the CPU's) against fp32, with what they do to the sampler/trainer logprob
 agreement; per-layer activation checkpointing (`train.activation_checkpointing`), with the time
 it costs and the training peak it saves (each pass's own peak on Linux, or the GPU's on CUDA);
-not checkpointing off where a memory ceiling turned it on. Peak resident memory is the rounds'
+not checkpointing off where the memory limit required it. Peak resident memory is the rounds'
 (on Linux from the first round, after the start's one-time model conversion; before the
 comparison, whose unshared pass is not what a node runs).
 
@@ -77,7 +77,8 @@ def _bench(node: Node, rounds: int) -> int:
     print(f"  {'peak RSS':<9} {peak_rss_bytes() / 1e9:7.2f} GB")
     if outcome is not None:
         _compare_training(node.backend, training_samples(outcome.trained or outcome.groups),
-                          ceiling_set=node.config.resources.max_memory_gb is not None)
+                          checkpointing_required=node.resolved.activation_checkpointing
+                          and node.config.train.activation_checkpointing is None)
 
     reference = node.backend.reference_decoder()
     if reference is None or outcome is None:
@@ -123,23 +124,23 @@ def unique_tokens(samples: Sequence[TrainSample]) -> int:
 TRAINER_SWITCHES = ("bf16_matmuls", "activation_checkpointing")
 
 
-def training_passes(backend: Backend, ceiling_set: bool = False) -> dict[str, dict[str, bool]]:
+def training_passes(backend: Backend, checkpointing_required: bool = False) -> dict[str, dict[str, bool]]:
     """The settings of each timed pass: the node's own, without shared prefixes, and each offered
-    switch flipped. Not checkpointing off where a memory ceiling turned it on: that pass could
+    switch flipped. Not checkpointing off where the memory limit required it: that pass could
     take more memory than the machine's owner allowed."""
     node = {"shared_prefix": True} | {k: getattr(backend, k) for k in TRAINER_SWITCHES if hasattr(backend, k)}
     passes = {"node": node, "unshared": node | {"shared_prefix": False}}
     for switch in TRAINER_SWITCHES:
-        if switch in node and not (switch == "activation_checkpointing" and node[switch] and ceiling_set):
+        if switch in node and not (switch == "activation_checkpointing" and checkpointing_required):
             passes[switch] = node | {switch: not node[switch]}
     return passes
 
 
-def _compare_training(backend: Backend, samples: list[TrainSample], ceiling_set: bool = False) -> None:
+def _compare_training(backend: Backend, samples: list[TrainSample], checkpointing_required: bool = False) -> None:
     if not any(s.advantage != 0 for s in samples):
         print("\n(the last round had no learning signal: no training to compare)")
         return
-    passes = training_passes(backend, ceiling_set)
+    passes = training_passes(backend, checkpointing_required)
     peak = PeakMemory(on_gpu=backend.info().name == "cuda")
     runs = {}
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
@@ -175,7 +176,7 @@ def _compare_training(backend: Backend, samples: list[TrainSample], ceiling_set:
               f"{f', {peak.name} {on[2] / 1e9:.2f} GB vs {off[2] / 1e9:.2f} GB' if on[2] and off[2] else ''} "
               f"(train.activation_checkpointing = {str(node['activation_checkpointing']).lower()})")
     elif node.get("activation_checkpointing"):
-        print("  (not timed without activation checkpointing: the memory ceiling turned it on)")
+        print("  (not timed without activation checkpointing: the memory limit required it)")
 
 
 class PeakMemory:

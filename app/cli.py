@@ -339,13 +339,14 @@ def _config(config: Config, args: argparse.Namespace) -> int:
 
 
 def _guard(fn) -> int:
-    from .models import ModelError
+    from .defaults import ResourceError
     from .errors import NodeError
+    from .models import ModelError
     from .tasks import TaskError
 
     try:
         return fn()
-    except (NodeError, ModelError, TaskError, ConfigError) as exc:
+    except (NodeError, ModelError, TaskError, ConfigError, ResourceError) as exc:
         print(f"swarmling: {exc}", file=sys.stderr)
         return 1
 

@@ -85,8 +85,8 @@ class TrainSection(_Section):
     # Per-layer activation checkpointing in the torch trainer: recompute each layer's activations
     # in the backward pass instead of keeping them (less memory, ~1.4x the training time).
     # Unset: on the CPU backend, on only when the memory limit (resources.max_memory_gb, or the
-    # guest's share of a small machine) is too tight for a group's pass without it; on CUDA off;
-    # the MLX trainer has none.
+    # guest's share of a machine under ~5.6 GB) is too tight for a group's pass without it; on
+    # CUDA off; the MLX trainer has none.
     activation_checkpointing: bool | None = None
     # The CPU trainer's matmuls in bf16 (weights, LoRA and optimizer stay fp32). Several times
     # faster where the CPU has AVX-512 BF16 or AMX (`swarmling doctor` says; `swarmling bench`
@@ -162,8 +162,10 @@ class SwarmSection(_Section):
 class ResourcesSection(_Section):
     """Being a good guest. CPU threads are backend.threads (default: all cores but one)."""
 
-    # Resident memory the node may use, in GB: the training microbatch shrinks to fit, or the node
-    # refuses to start and says what would fit. Unset: sized from the machine's memory.
+    # Resident memory the node may use, in GB (CPU and MLX backends): the training microbatch shrinks
+    # to fit, activation checkpointing comes on (CPU) if a group's pass needs it, or the node refuses
+    # to start, saying what would fit (also when generating the round needs more). Unset: a guest's
+    # limit, 2.5 GB or 45% of a smaller machine's memory.
     max_memory_gb: float | None = Field(default=None, gt=0, le=4096)
     # Below this much free disk where checkpoints and logs go, the node suspends itself (and says so).
     min_free_disk_mb: int = Field(default=1024, ge=0)

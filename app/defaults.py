@@ -24,6 +24,8 @@ class Resolved:
     local_groups: int
     microbatch_tokens: int
     activation_checkpointing: bool
+    kind: str  # the backend these were resolved for: "cpu", "cuda" or "mlx"
+    memory_limit: float | None  # bytes the CPU or MLX node sized itself to (None on CUDA)
 
 
 # Peak resident memory of a CPU node with the shipped 135M model. It is reached while training,
@@ -98,18 +100,16 @@ def guest_bytes(hw: Hardware) -> float:
     return min(GUEST_BYTES, GUEST_SHARE * hw.memory_total) if hw.memory_total else GUEST_BYTES
 
 
-def wants_checkpointing(config: Config, limit_bytes: float, model_scale: float = 1.0, strict: bool = True) -> bool:
-    """train.activation_checkpointing, or when unset: on only under a limit that cannot hold one
-    group's pass without it (or the smaller microbatch the config asks for). Under the guest's
-    own limit (not `strict`), only where checkpointing then fits: a big model that cannot be a
-    small guest either way keeps its speed."""
+def wants_checkpointing(config: Config, limit_bytes: float, model_scale: float = 1.0, binding: bool = True) -> bool:
+    """train.activation_checkpointing, or when unset: on only under a `binding` limit (the user's
+    ceiling, or the guest's share of a small machine) that cannot hold one group's pass without
+    it (or the smaller microbatch the config asks for). The 2.5 GB guest cap of a big machine
+    does not bind: a bigger model there keeps its speed."""
     chosen = config.train.activation_checkpointing
     if chosen is not None:
         return chosen
     one_pass = min(config.train.microbatch_tokens or ONE_GROUP_MICROBATCH, ONE_GROUP_MICROBATCH)
-    if estimate_peak_bytes(one_pass, model_scale) <= limit_bytes:
-        return False
-    return strict or estimate_peak_bytes(MIN_MICROBATCH, model_scale, checkpointing=True) <= limit_bytes
+    return binding and estimate_peak_bytes(one_pass, model_scale) > limit_bytes
 
 
 def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1.0) -> Resolved:
@@ -121,7 +121,8 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
     max_new_tokens = config.round.max_new_tokens or preset.max_new_tokens
     ceiling = config.resources.max_memory_gb
     kind = choose_backend(hw).name if config.backend.kind == "auto" else config.backend.kind
-    if kind == "cuda" and hw.cuda_devices:
+    limit = None
+    if kind == "cuda":
         # On a GPU the microbatch follows device memory (logits are chunked, so activations of a
         # sub-1B model dominate): 8k tokens on an 8-16 GB card, up to 32k on an 80 GB one.
         gpu_gib = (hw.cuda_memory[0] if hw.cuda_memory else 0) / 2**30
@@ -130,17 +131,14 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
         checkpointing = bool(config.train.activation_checkpointing)
     else:
         # Peak training memory grows with the tokens per microbatch (see BASE_BYTES): the default
-        # fits the guest's share; the gradient is the same, only accumulated in more passes. A
-        # ceiling the user sets is kept to (or refused), by checkpointing first where the backend
-        # can (the MLX trainer cannot: it only takes a smaller microbatch).
+        # fits the guest's limit; the gradient is the same, only accumulated in more passes. A
+        # ceiling the user sets is kept to (or refused), by checkpointing first where the trainer
+        # can (the CPU's; the MLX trainer has none and fits by its microbatch alone).
         limit = guest_bytes(hw) if ceiling is None else ceiling * 1e9
-        strict = ceiling is not None
-        if kind == "cpu":
-            checkpointing = wants_checkpointing(config, limit, model_scale, strict)
-        else:  # MLX: only if asked (its trainer then says it cannot); it fits by microbatch alone
-            checkpointing = bool(config.train.activation_checkpointing)
+        binding = ceiling is not None or (guest_bytes(hw) < GUEST_BYTES and not config.train.microbatch_tokens)
+        checkpointing = kind == "cpu" and wants_checkpointing(config, limit, model_scale, binding)
         microbatch = fit_microbatch(config.train.microbatch_tokens or DEFAULT_MICROBATCH, limit, model_scale,
-                                    strict=strict, checkpointing=checkpointing and kind == "cpu")
+                                    strict=ceiling is not None, checkpointing=checkpointing)
         if ceiling is None and config.train.microbatch_tokens:
             microbatch = config.train.microbatch_tokens  # asked for, and no ceiling to keep to
         sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)
@@ -164,18 +162,25 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
         ),
         microbatch_tokens=microbatch,
         activation_checkpointing=checkpointing,
+        kind=kind,
+        memory_limit=limit,
     )
 
 
 def memory_note(config: Config, resolved: Resolved, model_scale: float = 1.0) -> str | None:
-    """What a memory ceiling (the user's, or the guest's share of a small machine) made of the
-    training microbatch, for the user; None when there is nothing to say."""
-    chose_checkpointing = resolved.activation_checkpointing and config.train.activation_checkpointing is None
+    """What the memory limit (the user's ceiling, or the guest's share of a small machine) made of
+    training, for the user; None when nothing was chosen for them."""
+    notes = []
+    if resolved.kind == "mlx" and config.train.activation_checkpointing:
+        notes.append("train.activation_checkpointing is not implemented by the MLX trainer: it keeps every "
+                     "activation (a smaller train.microbatch_tokens uses less memory)")
     ceiling = config.resources.max_memory_gb
-    if not chose_checkpointing and (ceiling is None or config.train.microbatch_tokens is not None):
-        return None  # nothing was chosen for the user
-    mb, ckpt = resolved.microbatch_tokens, resolved.activation_checkpointing
-    limit = f"memory ceiling {ceiling:g} GB" if ceiling is not None else "a guest on this machine's memory"
-    return (f"{limit}: training microbatch {mb} tokens"
-            f"{', activation checkpointing' if ckpt else ''} "
-            f"(estimated peak {estimate_peak_bytes(mb, model_scale, ckpt) / 1e9:.1f} GB)")
+    chose_checkpointing = resolved.activation_checkpointing and config.train.activation_checkpointing is None
+    sized = ceiling is not None and config.train.microbatch_tokens is None
+    if resolved.memory_limit is not None and (chose_checkpointing or sized):
+        mb, ckpt = resolved.microbatch_tokens, resolved.activation_checkpointing
+        limit = (f"memory ceiling {ceiling:g} GB" if ceiling is not None
+                 else f"a guest's share of this machine ({resolved.memory_limit / 1e9:.1f} GB)")
+        notes.append(f"{limit}: training microbatch {mb} tokens{', activation checkpointing' if ckpt else ''} "
+                     f"(estimated peak {estimate_peak_bytes(mb, model_scale, ckpt) / 1e9:.1f} GB)")
+    return "; ".join(notes) or None

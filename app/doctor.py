@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .backend_slot import model_scale
 from .config import Config
-from .defaults import resolve
+from .defaults import ResourceError, resolve
 from .hardware import choose_backend, detect
 from .models import SHIPPED, ModelError, resolve_model
 from .paths import Paths
@@ -59,23 +60,31 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     choice = choose_backend(hw, config.backend.kind)
     print("backend")
     print(f"  {choice.name}: {choice.reason}")
-    preset = load_preset(config.round.preset)
-    res = resolve(config, hw, preset)
-    print("round")
-    print(f"  preset {preset.name} ({preset.description})")
-    print(
-        f"  {res.questions} questions x {res.completions} completions, up to {res.max_new_tokens} new tokens, "
-        f"{res.threads} threads, training microbatch {res.microbatch_tokens} tokens"
-        f"{' with activation checkpointing' if res.activation_checkpointing else ''}"
-    )
-    print("model")
     status = 0
+    model = None
     try:
         model = resolve_model(config.model.name, paths.cache_dir)
-        print(f"  {model.name}: {model.source}")
     except ModelError as exc:
+        model_problem = str(exc)
+        status = 1
+    preset = load_preset(config.round.preset)
+    print("round")
+    print(f"  preset {preset.name} ({preset.description})")
+    try:
+        res = resolve(config, hw, preset, model_scale(model) if model is not None else 1.0)
+        print(
+            f"  {res.questions} questions x {res.completions} completions, up to {res.max_new_tokens} new tokens, "
+            f"{res.threads} threads, training microbatch {res.microbatch_tokens} tokens"
+            f"{' with activation checkpointing' if res.activation_checkpointing else ''}"
+        )
+    except ResourceError as exc:
         print(f"  problem: {exc}")
         status = 1
+    print("model")
+    if model is not None:
+        print(f"  {model.name}: {model.source}")
+    else:
+        print(f"  problem: {model_problem}")
     for name, entry in SHIPPED.items():
         print(f"  available: {name} — {entry.description}")
     swarm_report(config, paths)

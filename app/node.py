@@ -49,7 +49,7 @@ from .round_record import RoundRecord
 from .state_lock import StateDirLock
 from .swarm.facade import OfflineSwarm, SwarmOpener, open_swarm
 from .swarm.intake import IntakeContext
-from .tasks import Preset, load_preset
+from .tasks import Preset, TaskError, load_preset
 
 # Round lines and notices for the log file (the CLI attaches a rotating file handler); the
 # terminal gets them from the headless printer or the TUI instead.
@@ -227,10 +227,11 @@ class Node:
         fits), so that the settings screen refuses it before the file is written."""
         if self.slot is None:  # not started: start() checks, and says so
             return
-        preset = self.preset if config.round.preset == self.preset.name else load_preset(config.round.preset)
         try:
-            resolve(config, self.hardware, preset, model_scale(self.model))
-        except ResourceError as exc:
+            # with the running preset (the live keys apply now) and the new one (at the next start)
+            for preset in (self.preset, load_preset(config.round.preset)):
+                resolve(config, self.hardware, preset, model_scale(self.model))
+        except (ResourceError, TaskError) as exc:
             raise ConfigError(str(exc)) from None
 
     def apply_config(self, config: Config) -> list[str]:
@@ -241,10 +242,14 @@ class Node:
         if self.slot is None:  # not started yet: start() reads the new config
             return []
         # Threads and the training memory settings are fixed by the backend already built.
-        self.resolved = replace(resolve(config, self.hardware, self.preset, model_scale(self.model)),
-                                threads=self.resolved.threads,
-                                microbatch_tokens=self.resolved.microbatch_tokens,
-                                activation_checkpointing=self.resolved.activation_checkpointing)
+        try:
+            fresh = resolve(config, self.hardware, self.preset, model_scale(self.model))
+        except ResourceError as exc:  # check_config refuses this before saving; a caller that did not check
+            self.emit(Notice("warning", f"keeping the running round settings: {exc}"))
+            fresh = self.resolved
+        self.resolved = replace(fresh, threads=self.resolved.threads, microbatch_tokens=self.resolved.microbatch_tokens,
+                                activation_checkpointing=self.resolved.activation_checkpointing,
+                                memory_limit=self.resolved.memory_limit)
         self._guest.update(config.resources)  # the guest rules take the new settings at the next check
         return [key for key in changed if key not in LIVE_KEYS]
 

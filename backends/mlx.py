@@ -17,7 +17,6 @@ for (padding only follows the real tokens).
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,8 +50,6 @@ from .mlx_grpo import grpo_token_objective, sequence_importance_weight, truncate
 from .sequence_end import SequenceEnd
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import Row, completion_inputs, packed_rows
-
-log = logging.getLogger(__name__)
 
 # peft target names -> mlx-lm module paths inside a decoder layer
 MODULE_PATHS = {
@@ -115,10 +112,6 @@ class MlxBackend(Backend):
             "rank": lora.r, "scale": lora.alpha / lora.r, "dropout": lora.dropout,
             "keys": [MODULE_PATHS[m] for m in lora.target_modules],
         })
-        if settings.optim.activation_checkpointing:
-            # Its shared prefix runs through a KV cache, which a recomputed layer would fill twice.
-            log.warning("train.activation_checkpointing is not implemented by the MLX trainer: it keeps "
-                        "every activation (lower train.microbatch_tokens to use less memory)")
         self.optimizer = optim.AdamW(learning_rate=settings.optim.learning_rate, betas=[0.9, 0.99],
                                      weight_decay=settings.optim.weight_decay)
         self.steps = 0

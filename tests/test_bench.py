@@ -81,9 +81,9 @@ def test_a_switch_the_node_runs_with_is_compared_against_it_off(capsys, clock):
     assert "train.activation_checkpointing = true" in out
 
 
-def test_checkpointing_a_ceiling_turned_on_is_not_timed_without(capsys, clock):
+def test_checkpointing_the_memory_limit_required_is_not_timed_without(capsys, clock):
     backend = SwitchesFake(clock, checkpointing=True)
-    _compare_training(backend, samples(), ceiling_set=True)
+    _compare_training(backend, samples(), checkpointing_required=True)
     assert all(ckpt for _, _, ckpt in backend.passes)
     assert "not timed without activation checkpointing" in capsys.readouterr().out
 

@@ -12,6 +12,7 @@ from swarmling.app.defaults import (
     ResourceError,
     estimate_peak_bytes,
     fit_microbatch,
+    guest_bytes,
     memory_note,
     resolve,
 )
@@ -49,9 +50,21 @@ def test_without_a_ceiling_the_cpu_default_is_a_good_guest_on_any_machine():
     assert estimate_peak_bytes(default.microbatch_tokens) <= GUEST_BYTES
     small = resolved(4)
     assert small.activation_checkpointing and small.microbatch_tokens >= ONE_GROUP_MICROBATCH
-    assert estimate_peak_bytes(small.microbatch_tokens, checkpointing=True) <= 0.5 * 4 * 2**30
+    assert estimate_peak_bytes(small.microbatch_tokens, checkpointing=True) <= guest_bytes(machine(4))
+    tiny = resolved(3)  # under the share even so: the least memory that keeps a group in one pass
+    assert tiny.activation_checkpointing
     roomy = resolved(64, resources={"max_memory_gb": 8})
     assert estimate_peak_bytes(roomy.microbatch_tokens) > GUEST_BYTES and not roomy.activation_checkpointing
+
+
+def test_a_bigger_model_on_a_big_machine_keeps_its_speed_under_the_guest_cap():
+    big_model = resolve(Config(), machine(64), load_preset("starter"), model_scale=1.5)
+    assert not big_model.activation_checkpointing
+
+
+def test_a_microbatch_asked_for_without_a_ceiling_is_taken_as_is():
+    asked = resolved(4, train={"microbatch_tokens": 2048})
+    assert asked.microbatch_tokens == 2048 and not asked.activation_checkpointing
 
 
 def test_a_tight_ceiling_turns_checkpointing_on_and_still_keeps_a_group_in_one_pass():
@@ -78,8 +91,18 @@ def test_the_users_choice_of_checkpointing_wins_and_the_ceiling_is_still_kept():
 def test_the_mlx_trainer_cannot_checkpoint_so_a_ceiling_is_kept_by_the_microbatch_alone():
     mac = machine(16, apple_silicon=True, mlx_importable=True)
     under = resolved(hw=mac, resources={"max_memory_gb": 2})
-    assert not under.activation_checkpointing
+    assert under.kind == "mlx" and not under.activation_checkpointing
     assert estimate_peak_bytes(under.microbatch_tokens) <= 2e9
+    sections = {"resources": {"max_memory_gb": 2}, "train": {"activation_checkpointing": True}}
+    asked = resolved(hw=mac, **sections)
+    assert not asked.activation_checkpointing  # what runs
+    assert "not implemented by the MLX trainer" in memory_note(Config.model_validate(sections), asked)
+
+
+def test_on_cuda_the_memory_note_says_nothing_of_a_host_memory_ceiling():
+    gpu = machine(64, cuda_devices=("H100",), cuda_memory=(80 * 2**30,))
+    sections = {"resources": {"max_memory_gb": 2}}
+    assert memory_note(Config.model_validate(sections), resolved(hw=gpu, **sections)) is None
 
 
 def test_the_cpu_backend_on_a_gpu_machine_keeps_the_ceiling_and_the_gpu_sizes_by_its_memory():
@@ -101,5 +124,5 @@ def test_the_memory_note_says_when_checkpointing_was_chosen():
         note = memory_note(Config.model_validate(sections), resolved(**sections))
         assert note is not None and "activation checkpointing" in note, train
     small_machine = memory_note(Config(), resolved(4))
-    assert small_machine is not None and "guest" in small_machine and "activation checkpointing" in small_machine
+    assert small_machine is not None and "guest's share" in small_machine and "activation checkpointing" in small_machine
     assert memory_note(Config(), resolved(8)) is None

@@ -167,10 +167,13 @@ def test_the_node_refuses_a_config_whose_round_its_memory_ceiling_cannot_hold(tm
     node, _ = make_node(tmp_path)
     try:
         node.start()
-        node.check_config(load_config(None, environ={}, cli=[*CLI, ("resources.max_memory_gb", 3.0)]))
+        on_cpu = [*CLI, ("backend.kind", "cpu")]  # whatever this machine has: the CPU backend's rule
+        node.check_config(load_config(None, environ={}, cli=[*on_cpu, ("resources.max_memory_gb", 3.0)]))
         with pytest.raises(ConfigError, match="round.questions"):
             node.check_config(load_config(None, environ={}, cli=[
-                *CLI, ("resources.max_memory_gb", 2.0), ("round.questions", 64), ("round.max_new_tokens", 512)]))
+                *on_cpu, ("resources.max_memory_gb", 2.0), ("round.questions", 64), ("round.max_new_tokens", 512)]))
+        with pytest.raises(ConfigError, match="preset"):
+            node.check_config(load_config(None, environ={}, cli=[*on_cpu, ("round.preset", "no-such-preset")]))
     finally:
         node.close()
 

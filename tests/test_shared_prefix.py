@@ -211,7 +211,6 @@ def test_activation_checkpointing_computes_the_same_and_keeps_a_fraction_of_the_
     plain_saved = saved_bytes(compute)
     trainer.activation_checkpointing = True
     try:
-        trainer.activation_checkpointing = True  # again: a no-op
         lp, grad = logprobs_and_gradient(trainer, compute, weights)
         saved = saved_bytes(compute)
     finally:
