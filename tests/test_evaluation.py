@@ -62,3 +62,20 @@ def test_a_restart_does_not_measure_again_the_weights_its_last_round_measured(tm
             node.close()
         said = [e.text for e in events if "held-out accuracy after round" in getattr(e, "text", "")]
         assert any(f"after round {rounds}:" in t for t in said) is measures_start, said
+
+
+def test_evaluation_of_the_same_weights_agrees_with_itself(backend):
+    preset = load_preset("starter")
+    first = evaluate(backend, preset, prefill_answer=True, max_new_tokens=4)
+    second = evaluate(backend, preset, prefill_answer=True, max_new_tokens=4)
+    assert first.per_dataset == second.per_dataset and first.items == len(eval_tasks("starter"))
+
+
+@pytest.mark.slow
+def test_the_eval_command_scores_the_base_model(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "eval", "--json",
+                          "--set", "round.max_new_tokens=4"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["weights"].startswith("base model") and 0 <= result["accuracy"] <= 1
+    assert set(result["per_dataset"]) == set(load_preset("starter").datasets)
