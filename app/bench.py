@@ -136,6 +136,11 @@ def training_passes(backend: Backend, checkpointing_required: bool = False) -> d
     return passes
 
 
+def _set_switches(backend: Backend, switches: dict[str, bool]) -> None:
+    for switch, on in switches.items():
+        setattr(backend, switch, on)
+
+
 def _compare_training(backend: Backend, samples: list[TrainSample], checkpointing_required: bool = False) -> None:
     if not any(s.advantage != 0 for s in samples):
         print("\n(the last round had no learning signal: no training to compare)")
@@ -146,15 +151,13 @@ def _compare_training(backend: Backend, samples: list[TrainSample], checkpointin
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
         backend.save_state(Path(tmp))
         for name, switches in passes.items():
-            for knob, on in switches.items():
-                setattr(backend, knob, on)
+            _set_switches(backend, switches)
             peak.reset()
             start = time.perf_counter()
             stats = backend.train_step(samples)
             runs[name] = (time.perf_counter() - start, stats, peak.read())
             backend.load_state(Path(tmp))  # every pass from the same policy and optimizer state
-        for knob, on in passes["node"].items():
-            setattr(backend, knob, on)
+        _set_switches(backend, passes["node"])  # as the node runs
     unique = unique_tokens(samples)
     print(f"\ntraining, same {len(samples)} samples ({runs['node'][1].tokens} completion tokens, {unique} unique tokens)")
     for name, label in (("node", "shared prefixes"), ("unshared", "each completion alone")):

@@ -100,7 +100,7 @@ def guest_bytes(hw: Hardware) -> float:
     return min(GUEST_BYTES, GUEST_SHARE * hw.memory_total) if hw.memory_total else GUEST_BYTES
 
 
-def wants_checkpointing(config: Config, limit_bytes: float, model_scale: float = 1.0, binding: bool = True) -> bool:
+def wants_checkpointing(config: Config, limit_bytes: float, model_scale: float, binding: bool) -> bool:
     """train.activation_checkpointing, or when unset: on only under a `binding` limit (the user's
     ceiling, or the guest's share of a small machine) that cannot hold one group's pass without
     it (or the smaller microbatch the config asks for). The 2.5 GB guest cap of a big machine
@@ -135,19 +135,22 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
         # ceiling the user sets is kept to (or refused), by checkpointing first where the trainer
         # can (the CPU's; the MLX trainer has none and fits by its microbatch alone).
         limit = guest_bytes(hw) if ceiling is None else ceiling * 1e9
-        binding = ceiling is not None or (guest_bytes(hw) < GUEST_BYTES and not config.train.microbatch_tokens)
+        asked = config.train.microbatch_tokens
+        binding = ceiling is not None or (limit < GUEST_BYTES and not asked)
         checkpointing = kind == "cpu" and wants_checkpointing(config, limit, model_scale, binding)
-        microbatch = fit_microbatch(config.train.microbatch_tokens or DEFAULT_MICROBATCH, limit, model_scale,
-                                    strict=ceiling is not None, checkpointing=checkpointing)
-        if ceiling is None and config.train.microbatch_tokens:
-            microbatch = config.train.microbatch_tokens  # asked for, and no ceiling to keep to
-        sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)
-        if ceiling is not None and kind == "cpu" and sampling > limit:
-            raise ResourceError(
-                f"resources.max_memory_gb = {ceiling:g} is below what generating a round of {questions} questions x "
-                f"{completions} completions x {max_new_tokens} new tokens needs (about {sampling / 1e9:.1f} GB): "
-                "lower round.questions, round.completions or round.max_new_tokens, or raise the ceiling"
-            )
+        if ceiling is None and asked:
+            microbatch = asked  # asked for, and no ceiling to keep to
+        else:
+            microbatch = fit_microbatch(asked or DEFAULT_MICROBATCH, limit, model_scale,
+                                        strict=ceiling is not None, checkpointing=checkpointing)
+        if ceiling is not None and kind == "cpu":
+            sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)
+            if sampling > limit:
+                raise ResourceError(
+                    f"resources.max_memory_gb = {ceiling:g} is below what generating a round of {questions} questions "
+                    f"x {completions} completions x {max_new_tokens} new tokens needs (about {sampling / 1e9:.1f} GB): "
+                    "lower round.questions, round.completions or round.max_new_tokens, or raise the ceiling"
+                )
     return Resolved(
         threads=threads,
         questions=questions,

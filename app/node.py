@@ -249,7 +249,7 @@ class Node:
             fresh = self.resolved
         self.resolved = replace(fresh, threads=self.resolved.threads, microbatch_tokens=self.resolved.microbatch_tokens,
                                 activation_checkpointing=self.resolved.activation_checkpointing,
-                                memory_limit=self.resolved.memory_limit)
+                                kind=self.resolved.kind, memory_limit=self.resolved.memory_limit)
         self._guest.update(config.resources)  # the guest rules take the new settings at the next check
         return [key for key in changed if key not in LIVE_KEYS]
 
