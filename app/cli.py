@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .config import Config, ConfigError, describe_keys, load_config, parse_value
 from .paths import resolve_paths
-from .swarm_cli import identity_command, invite_command, join_command, relay_command
+from .commands.swarm import identity_command, invite_command, join_command, relay_command
 
 
 def _positive(text: str) -> int:
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return join_command(paths, config_file, args.invite, args.replace)
     _log_to_file(paths, config)
     if args.command == "doctor":
-        from .doctor import doctor
+        from .commands.doctor import doctor
 
         return _guard(lambda: doctor(config, paths, config_file))
     if args.command == "id":
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "relay":
         return _guard(lambda: relay_command(config, paths, args.public_host, args.every))
     if args.command == "sim":
-        from .sim import SimOptions, compare, simulate
+        from .commands.sim import SimOptions, compare, simulate
 
         runs = [SimOptions(n, args.rounds, args.dir / f"{n}-nodes" if args.dir and len(args.nodes) > 1 else args.dir,
                            args.tiny, args.timeout, _cli_overrides(args)) for n in args.nodes]
@@ -221,28 +221,28 @@ def main(argv: list[str] | None = None) -> int:
             return _guard(lambda: simulate(runs[0], paths))
         return _guard(lambda: compare(runs, paths))
     if args.command == "bench-gpu":
-        from .bench_gpu import bench_gpu
+        from .commands.bench_gpu import bench_gpu
 
         return bench_gpu(args.device, args.tiny, args.rounds)
     if args.command == "bench-swarm":
-        from .swarm_bench import BenchOptions, bench_swarm
+        from .commands.swarm_bench import BenchOptions, bench_swarm
 
         warmup = args.warmup if args.warmup is not None else 7 if args.cold else 3
         return bench_swarm(BenchOptions(args.nodes, rounds=args.rounds, warmup=warmup,
                                         round_s=args.round_seconds, dial=args.dial, directory=args.dir, cold=args.cold))
     if args.command == "experiment":
-        from .experiment import ExperimentOptions, experiment_command, parse_mixes
+        from .commands.experiment import ExperimentOptions, experiment_command, parse_mixes
 
         return _guard(lambda: experiment_command(ExperimentOptions(
             out=args.out, nodes=args.nodes, rounds=args.rounds, seeds=args.seeds, mixes=parse_mixes(args.mixes),
             models=tuple(m for m in args.models.split(",") if m), tiny=args.tiny,
             overrides=tuple(_cli_overrides(args))), paths))
     if args.command == "eval":
-        from .evaluation import eval_command
+        from .learning.evaluation import eval_command
 
         return _guard(lambda: eval_command(config, paths, args.checkpoint, args.base, args.json))
     if args.command == "bench":
-        from .bench import bench
+        from .commands.bench import bench
 
         return _guard(lambda: bench(config, paths, args.rounds))
     if args.headless or not _interactive():
@@ -275,7 +275,7 @@ def _log_to_file(paths, config: Config) -> None:
 def _control(paths, cmd: str, as_json: bool) -> int:
     import json
 
-    from .control import ControlError, send
+    from .node.control import ControlError, send
 
     try:
         status = send(paths.state_dir, cmd)
@@ -311,7 +311,7 @@ def _control(paths, cmd: str, as_json: bool) -> int:
 
 
 def _service(paths, args) -> int:
-    from . import service
+    from .commands import service
 
     home = os.environ.get("SWARMLING_HOME") or args.home
     try:
@@ -339,10 +339,10 @@ def _config(config: Config, args: argparse.Namespace) -> int:
 
 
 def _guard(fn) -> int:
-    from .defaults import ResourceError
+    from .sizing import ResourceError
     from .errors import NodeError
     from .models import ModelError
-    from .tasks import TaskError
+    from .learning.tasks import TaskError
 
     try:
         return fn()
@@ -370,7 +370,7 @@ def _run_tui(config: Config, paths, rounds: int | None, config_file: Path, cli) 
 
 def _run(config: Config, paths, rounds: int | None) -> int:
     from .headless import HeadlessPrinter
-    from .node import Node
+    from .node.loop import Node
 
     node = Node(config, paths, HeadlessPrinter())
     signals = {"count": 0}

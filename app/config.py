@@ -12,6 +12,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from datetime import time as dtime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -159,6 +160,20 @@ class SwarmSection(_Section):
         return value
 
 
+# A time window "HH:MM-HH:MM" in local time (may wrap past midnight): resources.windows.
+WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+
+
+def parse_window(text: str) -> tuple[dtime, dtime]:
+    m = WINDOW.match(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a time window; expected HH:MM-HH:MM, e.g. 22:00-07:00")
+    h1, m1, h2, m2 = map(int, m.groups())
+    if (h1, m1) == (h2, m2):
+        raise ValueError(f"{text!r} is an empty window")
+    return dtime(h1, m1), dtime(h2, m2)
+
+
 class ResourcesSection(_Section):
     """Being a good guest. CPU threads are backend.threads (default: all cores but one)."""
 
@@ -184,8 +199,6 @@ class ResourcesSection(_Section):
     @field_validator("windows")
     @classmethod
     def _windows(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from .guest import parse_window
-
         for window in value:
             parse_window(window)
         return value

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .round_record import RoundRecord
+from .learning.round_record import RoundRecord
 
 # The node's run state, as a viewer shows it.
 STATES = ("starting", "running", "pausing", "paused", "finishing", "suspended", "stopping", "stopped", "failed")

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from .round_record import RoundRecord
+from .learning.round_record import RoundRecord
 
 
 def read_records(path: Path) -> list[dict]:

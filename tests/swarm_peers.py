@@ -28,7 +28,7 @@ from swarmling.app.swarm.wire import (
     encode_announcement,
     encode_bundle,
 )
-from swarmling.app.tasks import load_preset, regenerate
+from swarmling.app.learning.tasks import load_preset, regenerate
 
 SWARM = "test"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from fakes import FakeBackend
 
-from swarmling.app import bench
-from swarmling.app.bench import _compare_training, reset_peak_rss
+from swarmling.app.commands import bench
+from swarmling.app.commands.bench import _compare_training, reset_peak_rss
 from swarmling.backends.base import TrainSample
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from swarmling.app import metrics
-from swarmling.app.checkpoint import latest_checkpoint, save_checkpoint
+from swarmling.app.node.checkpoint import latest_checkpoint, save_checkpoint
 
 
 def files(payload):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmling.app.control import ControlError, handle, send, socket_path
+from swarmling.app.node.control import ControlError, handle, send, socket_path
 
 
 class Recorder:

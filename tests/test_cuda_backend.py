@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from swarmling.app.reward import CLOSE, OPEN
-from swarmling.app.round import SYSTEM_PROMPT
+from swarmling.app.learning.reward import CLOSE, OPEN
+from swarmling.app.learning.round import SYSTEM_PROMPT
 from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample
 from swarmling.backends.cuda import BackendMemoryError, CudaBackend, CudaSettings, check_fits, round_memory_bytes
 from swarmling.backends.hf_from_gguf import converted_folder
@@ -182,9 +182,9 @@ def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_pat
 def test_a_whole_round_runs_on_the_torch_backend(torch_backend):
     import numpy as np
 
-    from swarmling.app.curriculum import Curriculum
-    from swarmling.app.round import RoundSettings, run_round
-    from swarmling.app.tasks import load_preset
+    from swarmling.app.learning.curriculum import Curriculum
+    from swarmling.app.learning.round import RoundSettings, run_round
+    from swarmling.app.learning.tasks import load_preset
 
     preset = load_preset("starter")
     phases, progress = [], []

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.curriculum import Curriculum
-from swarmling.app.tasks import load_preset
+from swarmling.app.learning.curriculum import Curriculum
+from swarmling.app.learning.tasks import load_preset
 
 
 def test_levels_follow_success():

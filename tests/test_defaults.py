@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from swarmling.app.config import Config
-from swarmling.app.defaults import (
+from swarmling.app.sizing import (
     GUEST_BYTES,
     ONE_GROUP_MICROBATCH,
     ResourceError,
@@ -17,7 +17,7 @@ from swarmling.app.defaults import (
     resolve,
 )
 from swarmling.app.hardware import Hardware
-from swarmling.app.tasks import load_preset
+from swarmling.app.learning.tasks import load_preset
 
 
 def machine(gib: float, **kw) -> Hardware:

@@ -11,10 +11,10 @@ import pytest
 from fakes import FakeBackend
 from test_node_loop import make_node, records
 
-from swarmling.app.curriculum import Curriculum
-from swarmling.app.evaluation import EVAL_ITEMS, eval_tasks, evaluate
-from swarmling.app.round import run_round
-from swarmling.app.tasks import EVAL_SEED, load_preset, preset_names
+from swarmling.app.learning.curriculum import Curriculum
+from swarmling.app.learning.evaluation import EVAL_ITEMS, eval_tasks, evaluate
+from swarmling.app.learning.round import run_round
+from swarmling.app.learning.tasks import EVAL_SEED, load_preset, preset_names
 from test_round import SETTINGS
 
 

@@ -7,7 +7,7 @@ import json
 
 from fakes import FakeBackend
 
-from swarmling.app.experiment import ExperimentOptions, Mix, parse_mixes, run_experiment
+from swarmling.app.commands.experiment import ExperimentOptions, Mix, parse_mixes, run_experiment
 from swarmling.app.paths import resolve_paths
 
 

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from swarmling.app.config import ResourcesSection
-from swarmling.app.guest import GuestPolicy, GuestSettings, Readings, parse_window, read_os
+from swarmling.app.config import parse_window
+from swarmling.app.node.guest import GuestPolicy, GuestSettings, Readings, read_os
 
 
 def rules(**changes) -> GuestSettings:
@@ -76,7 +77,7 @@ def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
     import time
 
     from swarmling.app.config import load_config
-    from swarmling.app.node import Node
+    from swarmling.app.node.loop import Node
     from swarmling.app.paths import resolve_paths
 
     cli = [("round.questions", 2), ("round.completions", 2), ("round.max_new_tokens", 6), ("run.seed", 1),

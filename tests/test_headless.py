@@ -7,6 +7,6 @@ import sys
 
 
 def test_headless_never_imports_textual():
-    code = ("import sys; from swarmling.app import cli, headless, node, runner; "
+    code = ("import sys; from swarmling.app import cli, headless; from swarmling.app.node import loop, runner; "
             "sys.exit(1 if any(m.startswith('textual') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -12,7 +12,7 @@ from waiting import wait_until
 
 from swarmling.app.cli import main
 from swarmling.app.config import Config, SwarmSection, load_config
-from swarmling.app.invite import (
+from swarmling.app.swarm.invite import (
     MAX_HELPERS,
     MAX_INVITE_CHARS,
     Invite,
@@ -67,7 +67,7 @@ def test_what_is_not_an_invite_is_refused_before_decoding(text, reason):
 
 def _forged(payload: bytes) -> str:
     """An invite with a valid checksum around any contents: what another program might make."""
-    from swarmling.app.invite import _check
+    from swarmling.app.swarm.invite import _check
 
     return "swarmling:1:" + base64.urlsafe_b64encode(payload + _check(payload)).rstrip(b"=").decode()
 
@@ -192,7 +192,7 @@ def test_invite_and_join_from_the_command_line(tmp_path, capsys, monkeypatch):
 
 
 def test_join_says_a_running_node_needs_a_restart(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("swarmling.app.control.send", lambda state_dir, cmd, timeout_s=10.0: {"state": "running"})
+    monkeypatch.setattr("swarmling.app.node.control.send", lambda state_dir, cmd, timeout_s=10.0: {"state": "running"})
     assert main(["--home", str(tmp_path), "join", encode_invite(INVITE)]) == 0
     assert "until it restarts" in capsys.readouterr().out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from swarmling.app.lifecycle import Intent, Lifecycle
+from swarmling.app.node.lifecycle import Intent, Lifecycle
 
 
 def test_pausing_now_outranks_pausing_after_the_round_and_resume_undoes_either():

@@ -11,8 +11,8 @@ pytest.importorskip("mlx.core", reason="mlx is not installable here (pip install
 from backend_settings import trainer_settings  # noqa: E402
 from conftest import TEST_CACHE  # noqa: E402
 
-from swarmling.app.reward import CLOSE, OPEN  # noqa: E402
-from swarmling.app.round import SYSTEM_PROMPT  # noqa: E402
+from swarmling.app.learning.reward import CLOSE, OPEN  # noqa: E402
+from swarmling.app.learning.round import SYSTEM_PROMPT  # noqa: E402
 from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample  # noqa: E402
 from swarmling.backends.hf_from_gguf import converted_folder  # noqa: E402
 

@@ -14,13 +14,13 @@ from fakes import FakeBackend
 from waiting import wait_until
 
 from swarmling.app.config import ConfigError, load_config
-from swarmling.app.curriculum import Curriculum
-from swarmling.app.guest import Readings
-from swarmling.app.node import Node
+from swarmling.app.learning.curriculum import Curriculum
+from swarmling.app.node.guest import Readings
+from swarmling.app.node.loop import Node
 from swarmling.app.paths import resolve_paths
-from swarmling.app.round import run_round
+from swarmling.app.learning.round import run_round
 from swarmling.app.swarm.wire import bundle_from_groups, encode_bundle
-from swarmling.app.tasks import load_preset
+from swarmling.app.learning.tasks import load_preset
 from test_round import SETTINGS
 
 PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"

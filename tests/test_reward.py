@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarmling.app.reward import score
-from swarmling.app.tasks import Task, load_preset, preset_names, regenerate
+from swarmling.app.learning.reward import score
+from swarmling.app.learning.tasks import Task, load_preset, preset_names, regenerate
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.rollout import group_advantages, has_signal
+from swarmling.app.learning.rollout import group_advantages, has_signal
 
 
 def test_advantages():

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from fakes import FakeBackend
 
-from swarmling.app.curriculum import Curriculum
+from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.events import PHASES
-from swarmling.app.round import RoundSettings, run_round
-from swarmling.app.tasks import load_preset
+from swarmling.app.learning.round import RoundSettings, run_round
+from swarmling.app.learning.tasks import load_preset
 from swarmling.backends.base import Abandoned
 
 SETTINGS = RoundSettings(questions=4, completions=4, max_new_tokens=12, temperature=1.0, local_groups=2,

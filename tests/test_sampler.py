@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.rollout import QuestionGroup, ScoredCompletion
-from swarmling.app.sampler import select_groups
-from swarmling.app.tasks import TaskSpec, load_preset, regenerate
+from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
+from swarmling.app.learning.group_selection import select_groups
+from swarmling.app.learning.tasks import TaskSpec, load_preset, regenerate
 from swarmling.backends.base import ChatPrompt
 
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from swarmling.app import service
+from swarmling.app.commands import service
 
 
 def test_systemd_unit_renders_and_verifies(tmp_path):

@@ -13,7 +13,7 @@ from statistics import fmean
 
 import pytest
 
-from swarmling.app import swarm_bench
+from swarmling.app.commands import swarm_bench
 from swarmling.app.swarm import shards
 from swarmling.app.swarm.shards import parse_topic, shard_of
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.curriculum import Curriculum
-from swarmling.app.round import SYSTEM_PROMPT, RoundSettings, run_round
+from swarmling.app.learning.curriculum import Curriculum
+from swarmling.app.learning.round import SYSTEM_PROMPT, RoundSettings, run_round
 from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
 from swarmling.app.swarm.pool import GroupPool, group_key
 from swarmling.app.swarm.wire import bundle_from_groups, decode_bundle, encode_bundle
-from swarmling.app.tasks import load_preset
+from swarmling.app.learning.tasks import load_preset
 
 PEER_A = "12D3KooWNodeA"
 
@@ -63,8 +63,8 @@ def test_b_trains_on_groups_from_a(backend_factory, tmp_path):
 
 
 def test_pool_expires_and_caps():
-    from swarmling.app.rollout import QuestionGroup, ScoredCompletion
-    from swarmling.app.tasks import regenerate
+    from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
+    from swarmling.app.learning.tasks import regenerate
     from swarmling.backends.base import ChatPrompt
 
     now = [0.0]
@@ -89,7 +89,7 @@ def test_node_takes_peer_bundles_through_its_inbox(backend_factory, tmp_path):
     """The seam the network layer uses: raw bytes in from any thread, refusals counted, J external
     groups trained on in the next round, recorded in the round's metrics."""
     from swarmling.app.config import load_config
-    from swarmling.app.node import Node
+    from swarmling.app.node.loop import Node
     from swarmling.app.paths import resolve_paths
 
     preset = load_preset("starter")

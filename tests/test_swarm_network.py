@@ -12,7 +12,7 @@ import pytest
 from swarm_peers import Hostile, bundle_and_announcement, connected_pair, honest, ignores, meshed, real_groups
 from waiting import wait_until
 
-from swarmling.app.round import SYSTEM_PROMPT
+from swarmling.app.learning.round import SYSTEM_PROMPT
 from swarmling.app.swarm.intake import IntakeContext
 from swarmling.app.swarm.wire import digest
 

@@ -8,9 +8,9 @@ import zlib
 import msgspec
 import pytest
 
-from swarmling.app.reward import score
-from swarmling.app.round import SYSTEM_PROMPT
-from swarmling.app.rollout import QuestionGroup, ScoredCompletion
+from swarmling.app.learning.reward import score
+from swarmling.app.learning.round import SYSTEM_PROMPT
+from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
 from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
 from swarmling.app.swarm.wire import (
     MAX_BUNDLE_BYTES,
@@ -23,7 +23,7 @@ from swarmling.app.swarm.wire import (
     decode_bundle,
     encode_bundle,
 )
-from swarmling.app.tasks import load_preset, regenerate
+from swarmling.app.learning.tasks import load_preset, regenerate
 from swarmling.backends.base import ChatPrompt
 from swarmling.backends.chat_template import render
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from swarmling.app.tasks import NONDETERMINISTIC, TaskError, TaskSpec, load_preset, preset_names, regenerate
+from swarmling.app.learning.tasks import NONDETERMINISTIC, TaskError, TaskSpec, load_preset, preset_names, regenerate
 
 SAPO9 = {
     "arc_1d", "basic_arithmetic", "base_conversion", "bf", "binary_matrix", "calendar_arithmetic",
@@ -46,7 +46,7 @@ def test_specs_regenerate_identically_in_a_fresh_process():
     here = {json.dumps(s.__dict__, sort_keys=True): regenerate(s).question_hash for s in specs()}
     code = (
         "import json, sys\n"
-        "from swarmling.app.tasks import TaskSpec, regenerate\n"
+        "from swarmling.app.learning.tasks import TaskSpec, regenerate\n"
         "out = {}\n"
         "for key in json.load(sys.stdin):\n"
         "    out[key] = regenerate(TaskSpec(**json.loads(key))).question_hash\n"

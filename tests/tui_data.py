@@ -4,7 +4,7 @@ asked of the node (pure UI logic: the real node is driven in test_tui_pilot.py).
 from __future__ import annotations
 
 from swarmling.app.config import Config
-from swarmling.app.round_record import RoundRecord
+from swarmling.app.learning.round_record import RoundRecord
 from swarmling.app.events import (
     CompletionView,
     GroupView,

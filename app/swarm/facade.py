@@ -22,9 +22,9 @@ from ..config import Config
 from ..errors import NodeError
 from ..events import Listener, Notice, PeerView, SwarmUpdated
 from ..paths import Paths
-from ..rollout import QuestionGroup
-from ..round import ShareCallback
-from ..round_record import SwarmRoundStats
+from ..learning.rollout import QuestionGroup
+from ..learning.round import ShareCallback
+from ..learning.round_record import SwarmRoundStats
 from .inbox import DrainReport, Inbox
 from .intake import IntakeContext
 from .pool import GroupPool

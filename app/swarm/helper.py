@@ -73,7 +73,7 @@ class Helper:
     def addresses(self) -> list[str]:
         """Where peers dial this helper: the public host if given, else its interface addresses."""
         if self.settings.public_host:
-            from ..invite import host_addr
+            from .invite import host_addr
 
             port = self.host.listen_addrs[0].split("/tcp/")[1].split("/")[0] if self.host.listen_addrs else self.settings.port
             return [host_addr(self.settings.public_host, int(port), self.identity.peer_id)]

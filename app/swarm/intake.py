@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...backends.base import ChatPrompt, Sampler
-from ..reward import CLOSE, OPEN, score
-from ..rollout import QuestionGroup, ScoredCompletion
-from ..round import SYSTEM_PROMPT
-from ..tasks import EVAL_SEED, TaskError, load_preset, preset_names, regenerate
+from ..learning.reward import CLOSE, OPEN, score
+from ..learning.rollout import QuestionGroup, ScoredCompletion
+from ..learning.round import SYSTEM_PROMPT
+from ..learning.tasks import EVAL_SEED, TaskError, load_preset, preset_names, regenerate
 from .wire import WireGroup
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..events import PeerView
-from ..rollout import QuestionGroup
+from ..learning.rollout import QuestionGroup
 from .board import Board
 from .bundle_protocol import NOT_THE_PEERS_FAULT
 from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr

@@ -216,7 +216,7 @@ class SwarmlingApp(App[int]):
 def create_app(config: Config, paths: Paths, *, rounds: int | None = None, config_file: Path | None = None,
                cli: list[tuple[str, Any]] | None = None, refresh_s: float = REFRESH_S) -> SwarmlingApp:
     """The app around a real node (loaded on the node's thread once the app is up)."""
-    from ..runner import NodeRunner
+    from ..node.runner import NodeRunner
 
     events = EventQueue()
     runner = NodeRunner(config, paths, events, rounds=rounds, config_file=config_file, cli=cli)

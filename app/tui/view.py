@@ -27,7 +27,7 @@ from ..events import (
     StateChanged,
     SwarmUpdated,
 )
-from ..round_record import RoundRecord
+from ..learning.round_record import RoundRecord
 
 MAX_QUEUED = 10_000  # a stalled UI drops the oldest events rather than grow without bound
 MAX_HISTORY = 1_000  # rounds kept for the reward plot

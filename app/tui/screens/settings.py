@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from ...config import Config, ConfigError, mix_problem
-from ...tasks import preset_names
+from ...learning.tasks import preset_names
 
 
 class SettingsError(ValueError):
@@ -47,7 +47,7 @@ def _gigabytes(text: str) -> float | None:
 
 
 def _windows(text: str) -> list[str]:
-    from ...guest import parse_window
+    from ...config import parse_window
 
     windows = [w.strip() for w in text.split(",") if w.strip()]
     for window in windows:

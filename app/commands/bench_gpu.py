@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from ..backends.base import SamplingParams, TrainSample
-from ..backends.torch_generator import TorchGenerator
-from ..backends.settings import GrpoSettings, LoraSettings, OptimSettings
-from ..backends.torch_lora import TorchLoraTrainer
-from .config import Config
+from ...backends.base import SamplingParams, TrainSample
+from ...backends.torch_generator import TorchGenerator
+from ...backends.settings import GrpoSettings, LoraSettings, OptimSettings
+from ...backends.torch_lora import TorchLoraTrainer
+from ..config import Config
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,8 @@ def masked_attention_kernel(trainer: TorchLoraTrainer, samples: list[TrainSample
 
 
 def _score_seconds(replies: int) -> float:
-    from .reward import score
-    from .tasks import load_preset, regenerate
+    from ..learning.reward import score
+    from ..learning.tasks import load_preset, regenerate
 
     preset = load_preset("starter")
     task = regenerate(preset.spec(preset.datasets[0], 0, 1, 1))

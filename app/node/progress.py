@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from .events import Listener, Progress
+from ..events import Listener, Progress
 
 PROGRESS_INTERVAL_S = 0.25
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .backend_slot import model_scale
-from .config import Config
-from .defaults import ResourceError, resolve
-from .hardware import choose_backend, detect
-from .models import SHIPPED, ModelError, resolve_model
-from .paths import Paths
-from .tasks import load_preset
+from ..node.backend_slot import model_scale
+from ..config import Config
+from ..sizing import ResourceError, resolve
+from ..hardware import choose_backend, detect
+from ..models import SHIPPED, ModelError, resolve_model
+from ..paths import Paths
+from ..learning.tasks import load_preset
 
 
 def swarm_report(config: Config, paths: Paths) -> None:
@@ -24,7 +24,7 @@ def swarm_report(config: Config, paths: Paths) -> None:
         return
     print(f"  name {sw.name!r}, port {sw.port or 'any'}, {len(sw.bootstrap)} helper/bootstrap peer(s), "
           f"{len(sw.peers)} static peer(s), mDNS {'on' if sw.mdns else 'off'}")
-    from .control import ControlError, send
+    from ..node.control import ControlError, send
 
     try:
         host = send(paths.state_dir, "status", timeout_s=2.0).get("swarm_host") or {}
@@ -35,9 +35,9 @@ def swarm_report(config: Config, paths: Paths) -> None:
     if not sw.bootstrap:
         print("  reachability: not checked (no helper in swarm.bootstrap; `swarmling join <invite>` adds one)")
         return
-    from .swarm.host import SwarmError
-    from .swarm.identity import IdentityError
-    from .swarm.probe import PROBE_TIMEOUT_S, probe
+    from ..swarm.host import SwarmError
+    from ..swarm.identity import IdentityError
+    from ..swarm.probe import PROBE_TIMEOUT_S, probe
 
     print(f"  reachability: asking the helpers (up to {PROBE_TIMEOUT_S:.0f} s)…", flush=True)
     try:

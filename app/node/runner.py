@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import Config, ConfigError
-from .config_file import update_config_file
-from .events import Listener, Notice, StateChanged
-from .errors import NodeError
-from .node import Node
-from .paths import Paths
+from ..config import Config, ConfigError
+from ..config_file import update_config_file
+from ..events import Listener, Notice, StateChanged
+from ..errors import NodeError
+from .loop import Node
+from ..paths import Paths
 
 log = logging.getLogger("swarmling.runner")
 

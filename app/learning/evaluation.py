@@ -23,11 +23,11 @@ from functools import lru_cache
 from pathlib import Path
 from statistics import fmean
 
-from ..backends.adapter_format import ADAPTER_CONFIG
-from ..backends.base import Abandoned, ChatPrompt, Sampler, SamplingParams
-from .config import Config
-from .errors import NodeError
-from .paths import Paths
+from ...backends.adapter_format import ADAPTER_CONFIG
+from ...backends.base import Abandoned, ChatPrompt, Sampler, SamplingParams
+from ..config import Config
+from ..errors import NodeError
+from ..paths import Paths
 from .reward import CLOSE, OPEN, score
 from .round import SYSTEM_PROMPT
 from .tasks import EVAL_SEED, Preset, Task, load_preset, regenerate
@@ -105,11 +105,11 @@ def evaluate(
 
 def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bool, as_json: bool) -> int:
     """Evaluate a checkpoint (default: this home's newest), or the base model, and print the scores."""
-    from .backend_slot import BackendSlot, backend_spec, model_scale
-    from .checkpoint import latest_checkpoint
-    from .defaults import resolve
-    from .hardware import choose_backend, detect
-    from .models import resolve_model
+    from ..node.backend_slot import BackendSlot, backend_spec, model_scale
+    from ..node.checkpoint import latest_checkpoint
+    from ..sizing import resolve
+    from ..hardware import choose_backend, detect
+    from ..models import resolve_model
 
     if checkpoint is None and not base:
         newest = latest_checkpoint(paths.checkpoints)

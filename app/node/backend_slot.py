@@ -8,15 +8,15 @@ import gc
 from collections.abc import Callable
 from pathlib import Path
 
-from ..backends.base import Backend, BackendUnavailable
-from ..backends.factory import build_backend
-from ..backends.settings import BackendSpec, GrpoSettings, LoraSettings, OptimSettings
+from ...backends.base import Backend, BackendUnavailable
+from ...backends.factory import build_backend
+from ...backends.settings import BackendSpec, GrpoSettings, LoraSettings, OptimSettings
 from .checkpoint import latest_checkpoint
-from .config import Config
-from .defaults import Resolved
-from .errors import NodeError
-from .models import ResolvedModel
-from .paths import Paths
+from ..config import Config
+from ..sizing import Resolved
+from ..errors import NodeError
+from ..models import ResolvedModel
+from ..paths import Paths
 
 BackendBuilder = Callable[[BackendSpec], Backend]
 

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from .events import Listener, Notice
+from ..events import Listener, Notice
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 4096

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.base import Backend
+from ...backends.base import Backend
 from .checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
-from .curriculum import Curriculum
-from .errors import NodeError
-from .round_record import RoundRecord
-from .tasks import Preset
+from ..learning.curriculum import Curriculum
+from ..errors import NodeError
+from ..learning.round_record import RoundRecord
+from ..learning.tasks import Preset
 
 STATE_VERSION = 1
 

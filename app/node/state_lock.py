@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from .errors import NodeError
+from ..errors import NodeError
 
 
 class StateDirLock:

@@ -27,19 +27,19 @@ from statistics import fmean, pstdev
 import numpy as np
 import psutil
 
-from ..backends.base import Backend
-from ..backends.factory import build_backend
-from ..backends.settings import BackendSpec
-from .config import Config, load_config
-from .errors import NodeError
-from .events import Listener
-from .metrics import read_records
-from .paths import Paths, resolve_paths
-from .rollout import QuestionGroup
-from .round import ShareCallback
-from .round_record import RoundRecord
-from .swarm.facade import OfflineSwarm, SwarmOpener
-from .swarm.wire import bundle_from_groups, encode_bundle
+from ...backends.base import Backend
+from ...backends.factory import build_backend
+from ...backends.settings import BackendSpec
+from ..config import Config, load_config
+from ..errors import NodeError
+from ..events import Listener
+from ..metrics import read_records
+from ..paths import Paths, resolve_paths
+from ..learning.rollout import QuestionGroup
+from ..learning.round import ShareCallback
+from ..learning.round_record import RoundRecord
+from ..swarm.facade import OfflineSwarm, SwarmOpener
+from ..swarm.wire import bundle_from_groups, encode_bundle
 
 PAPER_MIXES = ((8, 0), (6, 2), (4, 4), (2, 6))
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12))
@@ -135,7 +135,7 @@ class ExchangeMember(OfflineSwarm):
 
 def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[BackendSpec], Backend] = build_backend,
                    show_progress: bool = True) -> dict:
-    from .node import Node
+    from ..node.loop import Node
 
     options.out.mkdir(parents=True, exist_ok=True)
     configs = [(mix, seed) for mix in options.mixes for seed in range(options.seeds)]

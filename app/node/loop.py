@@ -23,33 +23,33 @@ import msgspec
 import numpy as np
 import psutil
 
-from ..backends.base import Abandoned, Backend
-from . import metrics as metrics_log
-from ..backends.factory import build_backend
+from ...backends.base import Abandoned, Backend
+from .. import metrics as metrics_log
+from ...backends.factory import build_backend
 from .backend_slot import BackendBuilder, BackendSlot, backend_spec, model_scale
-from .config import LIVE_KEYS, Config, ConfigError, changed_keys
+from ..config import LIVE_KEYS, Config, ConfigError, changed_keys
 from .control import ControlServer, open_control
-from .curriculum import Curriculum
-from .defaults import ResourceError, Resolved, memory_note, resolve
-from .errors import NodeError
-from .evaluation import EvalResult, eval_fields, evaluate
-from .events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished, RoundRollouts, StateChanged, group_views
+from ..learning.curriculum import Curriculum
+from ..sizing import ResourceError, Resolved, memory_note, resolve
+from ..errors import NodeError
+from ..learning.evaluation import EvalResult, eval_fields, evaluate
+from ..events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished, RoundRollouts, StateChanged, group_views
 from .guest import Readings
 from .guest_monitor import GuestMonitor
-from .hardware import Hardware, choose_backend, detect
+from ..hardware import Hardware, choose_backend, detect
 from .lifecycle import Intent, Lifecycle
-from .metrics import format_round
-from .models import ResolvedModel, resolve_model
-from .paths import Paths
+from ..metrics import format_round
+from ..models import ResolvedModel, resolve_model
+from ..paths import Paths
 from .progress import ProgressReporter
 from .resume import find_start, restore, write_checkpoint
-from .reward import OPEN
-from .round import RoundSettings, run_round
-from .round_record import RoundRecord
+from ..learning.reward import OPEN
+from ..learning.round import RoundSettings, run_round
+from ..learning.round_record import RoundRecord
 from .state_lock import StateDirLock
-from .swarm.facade import OfflineSwarm, SwarmOpener, open_swarm
-from .swarm.intake import IntakeContext
-from .tasks import Preset, TaskError, load_preset
+from ..swarm.facade import OfflineSwarm, SwarmOpener, open_swarm
+from ..swarm.intake import IntakeContext
+from ..learning.tasks import Preset, TaskError, load_preset
 
 # Round lines and notices for the log file (the CLI attaches a rotating file handler); the
 # terminal gets them from the headless printer or the TUI instead.

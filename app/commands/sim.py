@@ -23,9 +23,9 @@ from statistics import fmean, median
 
 import msgspec
 
-from .paths import Paths
-from .round_record import RoundRecord
-from .swarm.identity import new_identity
+from ..paths import Paths
+from ..learning.round_record import RoundRecord
+from ..swarm.identity import new_identity
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
 # Training memory grows with the tokens per microbatch (≈ 1.2 GB per node at 256, several GB at
@@ -146,7 +146,7 @@ def _steady(summary: dict) -> dict:
 def simulate(options: SimOptions, paths: Paths) -> int:
     import psutil
 
-    from .errors import NodeError
+    from ..errors import NodeError
 
     available = psutil.virtual_memory().available
     if options.nodes * NODE_MEMORY_BYTES > available:

@@ -38,7 +38,7 @@ from pathlib import Path
 import msgspec
 from pydantic import ValidationError
 
-from .config import PEER_ADDR, Config, ConfigError, SwarmSection
+from ..config import PEER_ADDR, Config, ConfigError, SwarmSection
 
 SCHEME = "swarmling"
 VERSION = 1
@@ -150,7 +150,7 @@ def own_hosts(listen_host: str, public_host: str = "") -> list[str]:
     addresses mean nothing to a volunteer elsewhere (and say more about the LAN than needed)."""
     if public_host:
         return [public_host]
-    from .swarm.addresses import interface_hosts
+    from .addresses import interface_hosts
 
     candidates = interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]
     out = []
@@ -185,7 +185,7 @@ def make_invite(config: Config, data_dir: Path, helpers: Sequence[str] = (), pub
     if hosts and sw.port == 0:
         notes.append("this node is left out: swarm.port is 0 (a new port at every start); set a fixed port to invite to it")
     elif hosts:
-        from .swarm.identity import IdentityError, load_or_create
+        from .identity import IdentityError, load_or_create
 
         try:
             peer_id = load_or_create(data_dir).peer_id
@@ -220,7 +220,7 @@ def join(file: Path, invite: Invite, *, replace: bool = False) -> Joined:
     Only the file's own values count (not the environment's or flags'): those are what gets
     written. Nothing is written when nothing changes; ConfigError when the file cannot be read or
     the result would not be valid, and then the file is as it was."""
-    from .config_file import update_config_file
+    from ..config_file import update_config_file
 
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8")) if file.exists() else {}

@@ -8,8 +8,8 @@ import logging
 import threading
 from pathlib import Path
 
-from .config import ResourcesSection
-from .events import Listener, Notice, StateChanged
+from ..config import ResourcesSection
+from ..events import Listener, Notice, StateChanged
 from .guest import GuestPolicy, GuestSettings, Readings, read_os
 from .lifecycle import Lifecycle
 

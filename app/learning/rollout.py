@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-from ..backends.base import ChatPrompt
+from ...backends.base import ChatPrompt
 from .tasks import Task
 
 MIN_SPREAD = 0.05  # the least reward spread a group needs to be trained on

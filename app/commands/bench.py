@@ -30,12 +30,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .config import Config
-from .node import Node
-from .paths import Paths, resolve_paths
-from .events import PHASES
-from .round import run_round, training_samples
-from ..backends.base import Backend, TrainSample
+from ..config import Config
+from ..node.loop import Node
+from ..paths import Paths, resolve_paths
+from ..events import PHASES
+from ..learning.round import run_round, training_samples
+from ...backends.base import Backend, TrainSample
 
 
 def bench(config: Config, paths: Paths, rounds: int) -> int:

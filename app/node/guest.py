@@ -7,7 +7,6 @@ small thread and suspends or resumes itself with the reason shown to the user.
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -16,10 +15,7 @@ from datetime import datetime, time as dtime
 
 import psutil
 
-from .config import ResourcesSection
-
-WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
-
+from ..config import ResourcesSection, parse_window
 
 @dataclass(frozen=True)
 class Readings:
@@ -47,16 +43,6 @@ class GuestSettings:
             only_when_idle=r.only_when_idle, idle_after_s=r.idle_after_s, windows=tuple(r.windows),
             min_free_disk_bytes=r.min_free_disk_mb * 2**20,
         )
-
-
-def parse_window(text: str) -> tuple[dtime, dtime]:
-    m = WINDOW.match(text.strip())
-    if not m:
-        raise ValueError(f"{text!r} is not a time window; expected HH:MM-HH:MM, e.g. 22:00-07:00")
-    h1, m1, h2, m2 = map(int, m.groups())
-    if (h1, m1) == (h2, m2):
-        raise ValueError(f"{text!r} is an empty window")
-    return dtime(h1, m1), dtime(h2, m2)
 
 
 def in_window(now: dtime, window: tuple[dtime, dtime]) -> bool:

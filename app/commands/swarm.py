@@ -7,11 +7,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .config import Config, ConfigError
+from ..config import Config, ConfigError
 
 
 def invite_command(config: Config, paths, helpers: list[str], public_host: str) -> int:
-    from .invite import InviteError, make_invite
+    from ..swarm.invite import InviteError, make_invite
 
     try:
         text, invite, notes = make_invite(config, paths.data_dir, helpers, public_host)
@@ -29,8 +29,8 @@ def invite_command(config: Config, paths, helpers: list[str], public_host: str) 
 
 
 def join_command(paths, config_file: Path, text: str, replace: bool) -> int:
-    from .control import ControlError, send
-    from .invite import InviteError, decode_invite, join
+    from ..node.control import ControlError, send
+    from ..swarm.invite import InviteError, decode_invite, join
 
     try:
         invite = decode_invite(text)
@@ -58,7 +58,7 @@ def join_command(paths, config_file: Path, text: str, replace: bool) -> int:
 
 
 def identity_command(config: Config, paths, *, new: bool, adopt: bool) -> int:
-    from .swarm.identity import IdentityError, load_or_create, new_identity
+    from ..swarm.identity import IdentityError, load_or_create, new_identity
 
     paths.ensure()
     try:
@@ -77,9 +77,9 @@ def identity_command(config: Config, paths, *, new: bool, adopt: bool) -> int:
 
 
 def relay_command(config: Config, paths, public_host: str, every_s: float) -> int:
-    from .swarm.helper import Helper, HelperSettings
-    from .swarm.host import SwarmError
-    from .swarm.identity import IdentityError, load_or_create
+    from ..swarm.helper import Helper, HelperSettings
+    from ..swarm.host import SwarmError
+    from ..swarm.identity import IdentityError, load_or_create
 
     paths.ensure()
     sw = config.swarm
@@ -90,7 +90,7 @@ def relay_command(config: Config, paths, public_host: str, every_s: float) -> in
     except (IdentityError, SwarmError, ValueError) as exc:
         print(f"swarmling: {exc}", file=sys.stderr)
         return 1
-    from .invite import InviteError, make_invite
+    from ..swarm.invite import InviteError, make_invite
 
     print(f"helper for swarm {sw.name!r}: peer {helper.identity.peer_id}, listening on {', '.join(helper.host.listen_addrs)}")
     try:
@@ -110,6 +110,6 @@ def relay_command(config: Config, paths, public_host: str, every_s: float) -> in
 
 
 def listen_hosts(listen_host: str) -> list[str]:
-    from .swarm.addresses import interface_hosts
+    from ..swarm.addresses import interface_hosts
 
     return interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]

@@ -16,14 +16,14 @@ from statistics import fmean
 
 import numpy as np
 
-from ..backends.base import Abandoned, Backend, ChatPrompt, SamplingParams, StopCheck, TrainSample
-from .config import Config
+from ...backends.base import Abandoned, Backend, ChatPrompt, SamplingParams, StopCheck, TrainSample
+from ..config import Config
 from .curriculum import Curriculum
-from .defaults import Resolved
+from ..sizing import Resolved
 from .reward import CLOSE, OPEN, score
 from .rollout import QuestionGroup, ScoredCompletion
 from .round_record import RoundRecord, TrainRecord
-from .sampler import select_groups
+from .group_selection import select_groups
 from .tasks import EVAL_SEED, Preset, regenerate
 
 # Measured on the shipped 135M model with the reply pre-started by "<answer>" (starter preset,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .config import Config
 from .hardware import Hardware, choose_backend
-from .tasks import Preset
+from .learning.tasks import Preset
 
 
 @dataclass(frozen=True)

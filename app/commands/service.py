@@ -17,7 +17,7 @@ from pathlib import Path
 from string import Template
 from xml.sax.saxutils import escape
 
-from .paths import Paths
+from ..paths import Paths
 
 UNIT = "swarmling.service"
 AGENT = "io.swarmling.node.plist"
