@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             models=tuple(m for m in args.models.split(",") if m), tiny=args.tiny,
             overrides=tuple(_cli_overrides(args))), paths))
     if args.command == "eval":
-        from .learning.evaluation import eval_command
+        from .commands.evaluate import eval_command
 
         return _guard(lambda: eval_command(config, paths, args.checkpoint, args.base, args.json))
     if args.command == "bench":

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from swarmling.app.learning.reward import CLOSE, OPEN
-from swarmling.app.learning.round import SYSTEM_PROMPT
+from swarmling.app.learning.prompt import SYSTEM_PROMPT
 from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample
 from swarmling.backends.cuda import BackendMemoryError, CudaBackend, CudaSettings, check_fits, round_memory_bytes
 from swarmling.backends.hf_from_gguf import converted_folder

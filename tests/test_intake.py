@@ -10,6 +10,7 @@ import pytest
 from fakes import FakeBackend
 
 from swarmling.app.learning.curriculum import Curriculum
+from swarmling.app.learning.prompt import PromptFormat
 from swarmling.app.learning.round import run_round
 from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group, reply_shape_problem
 from swarmling.app.swarm.wire import WireCompletion, bundle_from_groups
@@ -29,7 +30,7 @@ def wire_group():
 
 
 def context(max_new_tokens: int = 8) -> IntakeContext:
-    return IntakeContext.for_sampler(FakeBackend(), "smollm2-135m", prefill="<answer>", format_bonus=0.5,
+    return IntakeContext.for_sampler(FakeBackend(), "smollm2-135m", prompt=PromptFormat(), format_bonus=0.5,
                                      max_new_tokens=max_new_tokens, group_size=4)
 
 

@@ -12,7 +12,7 @@ from backend_settings import trainer_settings  # noqa: E402
 from conftest import TEST_CACHE  # noqa: E402
 
 from swarmling.app.learning.reward import CLOSE, OPEN  # noqa: E402
-from swarmling.app.learning.round import SYSTEM_PROMPT  # noqa: E402
+from swarmling.app.learning.prompt import SYSTEM_PROMPT  # noqa: E402
 from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample  # noqa: E402
 from swarmling.backends.hf_from_gguf import converted_folder  # noqa: E402
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from swarmling.app.learning.curriculum import Curriculum
-from swarmling.app.learning.round import SYSTEM_PROMPT, RoundSettings, run_round
+from swarmling.app.learning.prompt import PromptFormat
+from swarmling.app.learning.round import RoundSettings, run_round
 from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
 from swarmling.app.swarm.pool import GroupPool, group_key
 from swarmling.app.swarm.wire import bundle_from_groups, decode_bundle, encode_bundle
@@ -27,7 +28,7 @@ def test_b_trains_on_groups_from_a(backend_factory, tmp_path):
     data = encode_bundle(bundle_from_groups(outcome_a.groups, swarm="test", node_id=PEER_A, model="smollm2-135m",
                                             round_no=1, timestamp=1.0, prefill="<answer>"))
 
-    ctx = IntakeContext(SYSTEM_PROMPT, "<answer>", 0.5, 12 * 2, node_b.encode_prompt, node_b.tokenize)
+    ctx = IntakeContext(PromptFormat(), 0.5, 12 * 2, node_b.encode_prompt, node_b.tokenize)
     pool = GroupPool(ttl_s=600)
     admitted = [admit_group(g, PEER_A, ctx) for g in decode_bundle(data).groups]
     assert not [r for r in admitted if isinstance(r, Rejected) and "hash" in r.reason]

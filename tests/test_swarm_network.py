@@ -12,7 +12,7 @@ import pytest
 from swarm_peers import Hostile, bundle_and_announcement, connected_pair, honest, ignores, meshed, real_groups
 from waiting import wait_until
 
-from swarmling.app.learning.round import SYSTEM_PROMPT
+from swarmling.app.learning.prompt import PromptFormat
 from swarmling.app.swarm.intake import IntakeContext
 from swarmling.app.swarm.wire import digest
 
@@ -121,7 +121,7 @@ def test_a_flood_of_announcements_is_rate_limited_and_honest_peers_still_get_thr
 # ---- hostile bundles -----------------------------------------------------------------------------
 
 def _intake(backend) -> IntakeContext:
-    return IntakeContext(SYSTEM_PROMPT, "<answer>", 0.5, 24, backend.encode_prompt, backend.tokenize)
+    return IntakeContext(PromptFormat(), 0.5, 24, backend.encode_prompt, backend.tokenize)
 
 
 def test_wrong_question_and_replays_are_refused_after_fetching(pair, backend):

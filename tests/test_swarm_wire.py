@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from swarmling.app.learning.reward import score
-from swarmling.app.learning.round import SYSTEM_PROMPT
+from swarmling.app.learning.prompt import SYSTEM_PROMPT, PromptFormat
 from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
 from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
 from swarmling.app.swarm.wire import (
@@ -111,8 +111,7 @@ def test_malformed_bytes_bombs_and_bad_utf8_are_refused():
 @pytest.fixture(scope="module")
 def ctx(generator):
     return IntakeContext(
-        system_prompt=SYSTEM_PROMPT,
-        prefill="<answer>",
+        prompt=PromptFormat(),
         format_bonus=0.0,
         max_completion_tokens=64,
         encode_prompt=lambda p: generator.tokenize_prompt(render(p, generator.chat_template)),

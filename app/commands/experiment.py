@@ -35,8 +35,7 @@ from ..errors import NodeError
 from ..events import Listener
 from ..metrics import read_records
 from ..paths import Paths, resolve_paths
-from ..learning.rollout import QuestionGroup
-from ..learning.round import ShareCallback
+from ..learning.rollout import QuestionGroup, ShareCallback
 from ..learning.round_record import RoundRecord
 from ..swarm.facade import OfflineSwarm, SwarmOpener
 from ..swarm.wire import bundle_from_groups, encode_bundle

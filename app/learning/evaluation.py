@@ -15,21 +15,15 @@ skill on the preset's easy levels, not recall of items; the harder the level, th
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from statistics import fmean
 
-from ...backends.adapter_format import ADAPTER_CONFIG
-from ...backends.base import Abandoned, ChatPrompt, Sampler, SamplingParams
-from ..config import Config
-from ..errors import NodeError
-from ..paths import Paths
-from .reward import CLOSE, OPEN, score
-from .round import SYSTEM_PROMPT
+from ...backends.base import Abandoned, Sampler, SamplingParams
+from .prompt import STOP, PromptFormat
+from .reward import CLOSE
 from .tasks import EVAL_SEED, Preset, Task, load_preset, regenerate
 
 EVAL_ITEMS = 96  # spread evenly over the preset's datasets
@@ -78,9 +72,9 @@ def evaluate(
     """Accuracy on the preset's evaluation set; raises Abandoned when `should_stop` turns true."""
     started = time.perf_counter()
     tasks = eval_tasks(preset.name)
-    prefill = OPEN if prefill_answer else ""
-    prompts = [ChatPrompt(SYSTEM_PROMPT, t.question, prefill) for t in tasks]
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=EVAL_TEMPERATURE, stop=(CLOSE,),
+    form = PromptFormat(prefill_answer)
+    prompts = [form.prompt(t.question) for t in tasks]
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=EVAL_TEMPERATURE, stop=STOP,
                             seed=EVAL_SAMPLING_SEED)
     generated = sampler.generate(prompts, 1, params, should_stop)
     replies = [group[0] for group in generated.completions]
@@ -89,7 +83,7 @@ def evaluate(
     right: dict[str, list[float]] = {}
     tagged = 0
     for task, reply in zip(tasks, replies):
-        scored = score(task, prefill + reply.text, 0.0)
+        scored = form.score(task, reply.text, 0.0)
         right.setdefault(task.spec.dataset, []).append(scored.strict)
         tagged += CLOSE in reply.text
     return EvalResult(
@@ -99,43 +93,3 @@ def evaluate(
         items=len(tasks),
         seconds=round(time.perf_counter() - started, 3),
     )
-
-
-# ---- `swarmling eval` ------------------------------------------------------------------------------
-
-def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bool, as_json: bool) -> int:
-    """Evaluate a checkpoint (default: this home's newest), or the base model, and print the scores."""
-    from ..node.backend_slot import BackendSlot, backend_spec, model_scale
-    from ..node.checkpoint import latest_checkpoint
-    from ..sizing import resolve
-    from ..hardware import choose_backend, detect
-    from ..models import resolve_model
-
-    if checkpoint is None and not base:
-        newest = latest_checkpoint(paths.checkpoints)
-        checkpoint = newest.path if newest is not None else None
-    if checkpoint is not None and not (checkpoint / ADAPTER_CONFIG).exists():
-        raise NodeError(f"{checkpoint} is not a swarmling checkpoint (no {ADAPTER_CONFIG} in it)")
-    hardware = detect()
-    preset = load_preset(config.round.preset)
-    model = resolve_model(config.model.name, paths.cache_dir)
-    resolved = resolve(config, hardware, preset, model_scale(model))
-    kind = choose_backend(hardware, config.backend.kind).name
-    slot = BackendSlot(backend_spec(kind, config, paths, resolved, model, seed=0), paths.checkpoints)
-    backend = slot.open()
-    try:
-        if checkpoint is not None:
-            backend.load_adapter(checkpoint)
-            backend.hand_off()
-        result = evaluate(backend, preset, config.reward.prefill_answer, resolved.max_new_tokens)
-    finally:
-        slot.close()
-    weights = str(checkpoint) if checkpoint is not None else f"base model {model.name}"
-    if as_json:
-        print(json.dumps({"weights": weights, "preset": preset.name, **asdict(result)}, indent=1))
-        return 0
-    print(f"held-out accuracy of {weights} on preset {preset.name}: {result.accuracy:.1%} "
-          f"({result.items} items, {result.tag_rate:.0%} of replies closed the tag, {result.seconds:.1f} s)")
-    for dataset, accuracy in result.per_dataset.items():
-        print(f"  {dataset:<24} {accuracy:6.1%}")
-    return 0

@@ -11,6 +11,7 @@ bonus, nothing else) is not worth a training slot at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import fmean
 
@@ -65,6 +66,10 @@ class QuestionGroup:
 
     def advantages(self) -> list[float]:
         return group_advantages(self.rewards)
+
+
+# What the round hands the swarm: its scored groups, to share (returns at once).
+ShareCallback = Callable[[list[QuestionGroup]], None]
 
 
 def has_signal(rewards: list[float]) -> bool:

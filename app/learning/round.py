@@ -16,20 +16,15 @@ from statistics import fmean
 
 import numpy as np
 
-from ...backends.base import Abandoned, Backend, ChatPrompt, SamplingParams, StopCheck, TrainSample
+from ...backends.base import Abandoned, Backend, SamplingParams, StopCheck, TrainSample
 from ..config import Config
 from .curriculum import Curriculum
 from ..sizing import Resolved
-from .reward import CLOSE, OPEN, score
-from .rollout import QuestionGroup, ScoredCompletion
+from .prompt import STOP, PromptFormat
+from .rollout import QuestionGroup, ScoredCompletion, ShareCallback
 from .round_record import RoundRecord, TrainRecord
 from .group_selection import select_groups
 from .tasks import EVAL_SEED, Preset, regenerate
-
-# Measured on the shipped 135M model with the reply pre-started by "<answer>" (starter preset,
-# 18 questions x 8 completions): with this one-example prompt 52% of replies close the tag and 89%
-# of groups carry a learning signal; a plain instruction gave 8% and 50%.
-SYSTEM_PROMPT = "Reply with only the final answer inside <answer></answer> tags, for example: <answer>42</answer>"
 
 @dataclass(frozen=True)
 class RoundSettings:
@@ -42,6 +37,10 @@ class RoundSettings:
     prefill_answer: bool
     format_bonus: float
     max_groups_per_peer: int | None = None
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        return PromptFormat(self.prefill_answer)
 
     @classmethod
     def from_config(cls, config: Config, resolved: Resolved) -> RoundSettings:
@@ -69,7 +68,6 @@ class RoundOutcome:
 
 
 PhaseCallback = Callable[[str], None]
-ShareCallback = Callable[[list[QuestionGroup]], None]  # this round's scored groups, to the swarm
 ExternalSource = Callable[[], Sequence[QuestionGroup]]  # peers' verified groups, asked for at sampling
 PhaseProgress = Callable[[str, int, int, int], None]  # (phase, done, total, tokens): see ProgressCallback
 
@@ -105,8 +103,8 @@ def run_round(
         regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
         for dataset, level in picks
     ]
-    prefill = OPEN if settings.prefill_answer else ""
-    prompts = [ChatPrompt(SYSTEM_PROMPT, t.question, prefill) for t in tasks]
+    form = settings.prompt_format
+    prompts = [form.prompt(t.question) for t in tasks]
     lap("tasks")
 
     # 2. generate
@@ -114,7 +112,7 @@ def run_round(
     params = SamplingParams(
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
-        stop=(CLOSE,),
+        stop=STOP,
         seed=int(rng.integers(2**31)),
     )
     gen = backend.generate(prompts, settings.completions, params, stop, _in_phase(on_progress, "generate"))
@@ -129,7 +127,7 @@ def run_round(
     for task, (_, level), prompt, prompt_ids, completions in zip(tasks, picks, prompts, gen.prompt_ids, gen.completions):
         scored = []
         for c in completions:
-            s = score(task, prefill + c.text, bonus)
+            s = form.score(task, c.text, bonus)
             scored.append(ScoredCompletion(c.text, c.token_ids, c.logprobs, c.finish_reason, s.strict, s.well_formed, s.reward))
         groups.append(QuestionGroup(task, level, prompt, prompt_ids, scored))
     lap("score")

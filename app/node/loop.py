@@ -43,7 +43,7 @@ from ..models import ResolvedModel, resolve_model
 from ..paths import Paths
 from .progress import ProgressReporter
 from .resume import find_start, restore, write_checkpoint
-from ..learning.reward import OPEN
+from ..learning.prompt import PromptFormat
 from ..learning.round import RoundSettings, run_round
 from ..learning.round_record import RoundRecord
 from .state_lock import StateDirLock
@@ -192,6 +192,10 @@ class Node:
         # Sampling temperature is the backend's: the trainer scores at the one it was built with.
         return replace(RoundSettings.from_config(self.config, self.resolved), temperature=self.slot.spec.temperature)
 
+    @property
+    def prompt_format(self) -> PromptFormat:
+        return PromptFormat(self.config.reward.prefill_answer)
+
     # ---- control (any thread) ----------------------------------------------------------------
     def request_stop(self) -> None:
         """Ctrl-C / SIGTERM / quit: abandon or finish the round in flight, as configured."""
@@ -280,7 +284,7 @@ class Node:
 
     def _run_round(self, round_no: int) -> None:
         started = time.time()
-        prefill = OPEN if self.config.reward.prefill_answer else ""
+        prefill = self.prompt_format.prefill
         self.swarm.start_round(self.rng_network, self._inbound_budget())
         outcome = run_round(
             round_no,
@@ -388,7 +392,7 @@ class Node:
 
     def _intake_context(self) -> IntakeContext:
         return IntakeContext.for_sampler(
-            self.slot.backend, self.model.name, prefill=OPEN if self.config.reward.prefill_answer else "",
+            self.slot.backend, self.model.name, prompt=self.prompt_format,
             format_bonus=self.curriculum.format_bonus(self.config.reward.format_bonus),
             max_new_tokens=self.resolved.max_new_tokens, group_size=self.resolved.completions,
         )

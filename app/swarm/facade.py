@@ -22,8 +22,7 @@ from ..config import Config
 from ..errors import NodeError
 from ..events import Listener, Notice, PeerView, SwarmUpdated
 from ..paths import Paths
-from ..learning.rollout import QuestionGroup
-from ..learning.round import ShareCallback
+from ..learning.rollout import QuestionGroup, ShareCallback
 from ..learning.round_record import SwarmRoundStats
 from .inbox import DrainReport, Inbox
 from .intake import IntakeContext

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...backends.base import ChatPrompt, Sampler
-from ..learning.reward import CLOSE, OPEN, score
+from ...backends.base import Sampler
+from ..learning.prompt import PromptFormat
+from ..learning.reward import CLOSE, OPEN
 from ..learning.rollout import QuestionGroup, ScoredCompletion
-from ..learning.round import SYSTEM_PROMPT
 from ..learning.tasks import EVAL_SEED, TaskError, load_preset, preset_names, regenerate
 from .wire import WireGroup
 
@@ -35,8 +35,7 @@ class Rejected:
 class IntakeContext:
     """What this node needs to rebuild a group as its own."""
 
-    system_prompt: str
-    prefill: str
+    prompt: PromptFormat  # the prompts this node's own rounds build, rebuilt for a peer's task
     format_bonus: float
     max_completion_tokens: int
     encode_prompt: Callable[[ChatPrompt], list[int]]
@@ -49,12 +48,11 @@ class IntakeContext:
 
     @classmethod
     def for_sampler(
-        cls, sampler: Sampler, model: str, prefill: str, format_bonus: float, max_new_tokens: int, group_size: int
+        cls, sampler: Sampler, model: str, prompt: PromptFormat, format_bonus: float, max_new_tokens: int, group_size: int
     ) -> IntakeContext:
         """Groups rebuilt as this sampler's own: its prompt rendering, its tokenizer."""
         return cls(
-            system_prompt=SYSTEM_PROMPT,
-            prefill=prefill,
+            prompt=prompt,
             format_bonus=format_bonus,
             max_completion_tokens=2 * max_new_tokens,  # other tokenizers split the same text differently
             encode_prompt=sampler.encode_prompt,
@@ -115,8 +113,8 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
     if task.question_hash != wire.question_hash:
         return Rejected(peer, f"question hash mismatch for {spec.dataset} (a different task, or another reasoning-gym)")
 
-    prefill = ctx.prefill
-    prompt = ChatPrompt(ctx.system_prompt, task.question, prefill)
+    prefill = ctx.prompt.prefill
+    prompt = ctx.prompt.prompt(task.question)
     prompt_ids = ctx.encode_prompt(prompt)
     token_limit = ctx.token_limit(sender_model)
     completions = []
@@ -135,7 +133,7 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
         token_ids = ctx.tokenize(completion_text)
         if not token_ids or len(token_ids) > token_limit:
             continue
-        s = score(task, wc.text, ctx.format_bonus)
+        s = ctx.prompt.score(task, completion_text, ctx.format_bonus)
         completions.append(
             ScoredCompletion(
                 completion_text, token_ids, None, "external", s.strict, s.well_formed, s.reward, sender_logprob=wc.logprob
