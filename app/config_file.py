@@ -14,6 +14,8 @@ from typing import Any
 
 import tomlkit
 
+from ..backends.atomic import atomic_file
+
 from .config import Config, ConfigError, env_overrides, load_config
 
 
@@ -47,23 +49,16 @@ def update_config_file(
         table[key] = value
     new_text = tomlkit.dumps(doc)
     # Validate exactly what start-up would read: the new file under today's env and flags.
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-    file.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(new_text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            config = load_config(tmp, cli=cli)
-        except ConfigError as exc:  # the real file is untouched; name it, not the temp file
-            raise ConfigError(str(exc).replace(str(tmp), str(file))) from None
-        if check is not None:
-            check(config)
-        os.replace(tmp, file)
+        with atomic_file(file, fsync=True) as tmp:
+            tmp.write_text(new_text, encoding="utf-8")
+            try:
+                config = load_config(tmp, cli=cli)
+            except ConfigError as exc:  # the real file is untouched; name it, not the temp file
+                raise ConfigError(str(exc).replace(str(tmp), str(file))) from None
+            if check is not None:
+                check(config)
     except OSError as exc:
         raise ConfigError(f"could not save {file}: {exc}; the file is unchanged") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     overridden_by = {dotted for dotted, _, _ in env_overrides(os.environ)} | {dotted for dotted, _ in cli or []}
     return config, sorted(k for k in changes if k in overridden_by)

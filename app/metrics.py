@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from ..backends.atomic import write_atomic
+
 from .learning.round_record import RoundRecord
 
 
@@ -51,13 +53,7 @@ def reconcile(path: Path, last_round: int, last_record: dict | None) -> None:
     text = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in ordered)
     if path.exists() and path.read_text(encoding="utf-8", errors="replace") == text:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, text, fsync=True)
 
 
 def format_round(m: RoundRecord) -> str:

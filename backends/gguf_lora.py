@@ -10,12 +10,13 @@ Two details decide whether llama.cpp then computes what torch computes:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .atomic import atomic_file
 
 # Architectures whose GGUF conversion applies the rotary row permutation to q and k weights, and
 # those checked to need none. A wrong guess fails silently (the adapter just computes something
@@ -64,28 +65,27 @@ def write_gguf_lora(lora_state: Mapping[str, np.ndarray], shape: ModelShape, alp
 
     names = gguf_tensor_names(lora_state, shape)
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    writer = gguf.GGUFWriter(str(tmp), shape.arch)
-    writer.add_string("general.type", "adapter")
-    writer.add_string("adapter.type", "lora")
-    writer.add_float32("adapter.lora.alpha", float(alpha))
     if shape.arch not in PERMUTED_QK_ARCHS | UNPERMUTED_ARCHS:
         raise ValueError(
             f"no checked GGUF LoRA layout for architecture {shape.arch!r} (checked: "
             f"{', '.join(sorted(PERMUTED_QK_ARCHS | UNPERMUTED_ARCHS))}); run it on the CUDA or MLX backend"
         )
     permute = shape.arch in PERMUTED_QK_ARCHS
-    for key in sorted(lora_state):
-        tensor = np.ascontiguousarray(np.asarray(lora_state[key], dtype=np.float32))
-        name = names[key]
-        if permute and name.endswith(".weight.lora_b"):
-            if ".attn_q." in name:
-                tensor = np.ascontiguousarray(rotary_permute(tensor, shape.n_head))
-            elif ".attn_k." in name:
-                tensor = np.ascontiguousarray(rotary_permute(tensor, shape.n_head_kv))
-        writer.add_tensor(name, tensor)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(tmp, path)
+    with atomic_file(path, fsync=False) as tmp:
+        writer = gguf.GGUFWriter(str(tmp), shape.arch)
+        writer.add_string("general.type", "adapter")
+        writer.add_string("adapter.type", "lora")
+        writer.add_float32("adapter.lora.alpha", float(alpha))
+        for key in sorted(lora_state):
+            tensor = np.ascontiguousarray(np.asarray(lora_state[key], dtype=np.float32))
+            name = names[key]
+            if permute and name.endswith(".weight.lora_b"):
+                if ".attn_q." in name:
+                    tensor = np.ascontiguousarray(rotary_permute(tensor, shape.n_head))
+                elif ".attn_k." in name:
+                    tensor = np.ascontiguousarray(rotary_permute(tensor, shape.n_head_kv))
+            writer.add_tensor(name, tensor)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()

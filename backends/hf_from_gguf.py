@@ -15,9 +15,9 @@ import io
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from .atomic import atomic_folder
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +40,11 @@ def converted_folder(gguf: Path, cache_dir: Path) -> Path:
     target = cache_dir / "hf-models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
     if (target / MARKER).is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     log.info("converting %s to a torch checkpoint (once; about a minute on a small CPU)", gguf.name)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
+    # A folder already at `target` is a half-written one from a crash (no marker): it is replaced.
+    with atomic_folder(target, fsync=False, prefix=".convert-") as tmp:
         _convert(gguf, tmp)
         (tmp / MARKER).write_text(json.dumps({"source": str(gguf), "fingerprint": gguf_fingerprint(gguf)}))
-        if target.exists():  # a half-written folder from a crash (no marker): replace it
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

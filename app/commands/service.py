@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from string import Template
 from xml.sax.saxutils import escape
+from ...backends.atomic import write_atomic
 
 from ..paths import Paths
 
@@ -76,10 +77,7 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text, fsync=False)
 
 
 def install(paths: Paths, home: str | None, start: bool = True) -> str:

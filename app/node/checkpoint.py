@@ -15,10 +15,11 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from ...backends.atomic import atomic_folder
 
 log = logging.getLogger(__name__)
 
@@ -46,25 +47,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(root: Path, round_no: int, state: dict, write_files: Callable[[Path], None], keep: int = 3) -> Path:
     """`write_files(folder)` writes the backend's files; `state` (JSON) holds the node's own."""
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"round-{round_no:08d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".round-{round_no:08d}-", dir=root))
-    try:
+    # A folder of this round already there: a previous run wrote it and crashed before moving on.
+    with atomic_folder(final, fsync=True, prefix=f".round-{round_no:08d}-") as tmp:
         write_files(tmp)
         (tmp / STATE).write_text(json.dumps(state, indent=1, sort_keys=True), encoding="utf-8")
         files = sorted(p for p in tmp.iterdir() if p.is_file())
@@ -76,14 +63,6 @@ def save_checkpoint(root: Path, round_no: int, state: dict, write_files: Callabl
             json.dump(manifest, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        if final.exists():  # a previous run wrote this round and crashed before moving on
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     _prune(root, keep)
     return final
 

@@ -7,6 +7,7 @@ small thread and suspends or resumes itself with the reason shown to the user.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys

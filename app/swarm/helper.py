@@ -19,7 +19,6 @@ bytes, RSS, CPU) and writes them to `relay.json` in its data folder for monitori
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
 import time
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from ...backends.atomic import write_atomic
 
 from .board import Board
 from .host import HostSettings, SwarmHost
@@ -100,10 +101,8 @@ class Helper:
         }
 
     def write_figures(self, figures: dict) -> None:
-        tmp = self.figures_file.with_name(f".{self.figures_file.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps({"at": time.time(), **figures}), encoding="utf-8")
-            os.replace(tmp, self.figures_file)
+            write_atomic(self.figures_file, json.dumps({"at": time.time(), **figures}), fsync=False)
         except OSError:
             pass  # figures are a convenience: a full disk must not stop the helper
 

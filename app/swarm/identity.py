@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,8 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.serialization import deserialize_private_key
 from libp2p.peer.id import ID
+
+from ...backends.atomic import write_atomic
 
 KEY_FILE = "identity.key"
 STAMP_FILE = "identity.json"
@@ -51,14 +52,7 @@ def machine_fingerprint() -> str:
 
 def _write_private(path: Path, data: bytes) -> None:
     """Atomic, and never readable by others, not even for an instant."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomic(path, data, fsync=True, mode=0o600)
 
 
 def peer_id_of(key_pair: KeyPair) -> str:

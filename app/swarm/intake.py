@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...backends.base import Sampler
+from ...backends.base import ChatPrompt, Sampler
 from ..learning.prompt import PromptFormat
 from ..learning.reward import CLOSE, OPEN
 from ..learning.rollout import QuestionGroup, ScoredCompletion

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import threading
 import time
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ...backends.atomic import write_atomic
 
 from ..events import PeerView
 from ..learning.rollout import QuestionGroup
@@ -318,9 +319,7 @@ class SwarmNetwork:
         merged = list(dict.fromkeys([*addrs, *known]))[:MAX_KNOWN_PEERS]
         if merged == known:
             return  # nothing new: no write
-        tmp = self.known_peers_file.with_name(f".{KNOWN_PEERS_FILE}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps({"peers": merged}, indent=1), encoding="utf-8")
-            os.replace(tmp, self.known_peers_file)
+            write_atomic(self.known_peers_file, json.dumps({"peers": merged}, indent=1), fsync=False)
         except OSError as exc:
             log.info("could not remember peers: %s", exc)

@@ -1,0 +1,42 @@
+"""The one atomic-write helper (backends/atomic.py): all or nothing, for files and folders."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from swarmling.backends.atomic import atomic_file, atomic_folder, write_atomic
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("old")
+    with pytest.raises(RuntimeError), atomic_file(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
+
+
+def test_write_atomic_replaces_and_keeps_a_secret_private_from_the_first_byte(tmp_path):
+    path = tmp_path / "identity.key"
+    write_atomic(path, b"secret", mode=0o600)
+    assert path.read_bytes() == b"secret"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    write_atomic(path, "text", fsync=False)
+    assert path.read_text() == "text"
+
+
+def test_a_folder_replaces_a_half_written_one_and_a_failed_one_leaves_nothing(tmp_path):
+    final = tmp_path / "round-00000003"
+    final.mkdir()
+    (final / "stale").write_text("from a crash")
+    with atomic_folder(final, prefix=".round-") as tmp:
+        (tmp / "adapter.safetensors").write_text("new")
+    assert sorted(p.name for p in final.iterdir()) == ["adapter.safetensors"]
+    with pytest.raises(KeyboardInterrupt), atomic_folder(tmp_path / "round-00000004", prefix=".round-") as tmp:
+        (tmp / "part").write_text("x")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-00000003"]
