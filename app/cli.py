@@ -1,18 +1,18 @@
-"""The `swarmling` command: its arguments, and which module runs each subcommand (the swarm's in
-`swarm_cli.py`; the node's run, control and service here)."""
+"""The `swarmling` command: its arguments, and a table of which module runs each subcommand
+(every one lives in `app/commands/`)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config, ConfigError, describe_keys, load_config, parse_value
-from .paths import resolve_paths
-from .commands.swarm import identity_command, invite_command, join_command, relay_command
+from .config import Config, ConfigError, describe_config, describe_keys, load_config, parse_value
+from .paths import Paths, resolve_paths
 
 
 def _positive(text: str) -> int:
@@ -172,6 +172,148 @@ def _cli_overrides(args: argparse.Namespace) -> list[tuple[str, object]]:
     return pairs
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """What every subcommand is run with: its arguments, the effective config and where things live."""
+
+    args: argparse.Namespace
+    config: Config
+    paths: Paths
+    config_file: Path
+
+    @property
+    def overrides(self) -> list[tuple[str, object]]:
+        return _cli_overrides(self.args)
+
+
+# Each subcommand's module is imported only when it runs: `swarmling status` must not pay for
+# torch, and the headless node never imports Textual.
+def _run(c: Invocation) -> int:
+    from .commands.run import run_command
+
+    return run_command(c.config, c.paths, c.args.rounds, c.args.headless, c.config_file, c.overrides)
+
+
+def _control(c: Invocation) -> int:
+    from .commands.control import control_command
+
+    return control_command(c.paths, c.args.command, getattr(c.args, "json", False))
+
+
+def _service(c: Invocation) -> int:
+    from .commands.service import service_command
+
+    return service_command(c.paths, c.args.action, os.environ.get("SWARMLING_HOME") or c.args.home, not c.args.no_start)
+
+
+def _config(c: Invocation) -> int:
+    print(describe_keys() if c.args.keys else describe_config(c.config))
+    return 0
+
+
+def _invite(c: Invocation) -> int:
+    from .commands.swarm import invite_command
+
+    return invite_command(c.config, c.paths, c.args.helpers, c.args.public_host)
+
+
+def _join(c: Invocation) -> int:
+    from .commands.swarm import join_command
+
+    return join_command(c.paths, c.config_file, c.args.invite, c.args.replace)
+
+
+def _identity(c: Invocation) -> int:
+    from .commands.swarm import identity_command
+
+    return identity_command(c.config, c.paths, new=c.args.new, adopt=c.args.adopt)
+
+
+def _relay(c: Invocation) -> int:
+    from .commands.swarm import relay_command
+
+    return relay_command(c.config, c.paths, c.args.public_host, c.args.every)
+
+
+def _doctor(c: Invocation) -> int:
+    from .commands.doctor import doctor
+
+    return doctor(c.config, c.paths, c.config_file)
+
+
+def _sim(c: Invocation) -> int:
+    from .commands.sim import SimOptions, compare, simulate
+
+    a = c.args
+    runs = [SimOptions(n, a.rounds, a.dir / f"{n}-nodes" if a.dir and len(a.nodes) > 1 else a.dir, a.tiny, a.timeout,
+                       c.overrides) for n in a.nodes]
+    return simulate(runs[0], c.paths) if len(runs) == 1 else compare(runs, c.paths)
+
+
+def _bench_gpu(c: Invocation) -> int:
+    from .commands.bench_gpu import bench_gpu
+
+    return bench_gpu(c.args.device, c.args.tiny, c.args.rounds)
+
+
+def _bench_swarm(c: Invocation) -> int:
+    from .commands.swarm_bench import BenchOptions, bench_swarm
+
+    a = c.args
+    warmup = a.warmup if a.warmup is not None else 7 if a.cold else 3
+    return bench_swarm(BenchOptions(a.nodes, rounds=a.rounds, warmup=warmup, round_s=a.round_seconds, dial=a.dial,
+                                    directory=a.dir, cold=a.cold))
+
+
+def _experiment(c: Invocation) -> int:
+    from .commands.experiment import ExperimentOptions, experiment_command, parse_mixes
+
+    a = c.args
+    return experiment_command(ExperimentOptions(
+        out=a.out, nodes=a.nodes, rounds=a.rounds, seeds=a.seeds, mixes=parse_mixes(a.mixes),
+        models=tuple(m for m in a.models.split(",") if m), tiny=a.tiny, overrides=tuple(c.overrides)), c.paths)
+
+
+def _eval(c: Invocation) -> int:
+    from .commands.evaluate import eval_command
+
+    return eval_command(c.config, c.paths, c.args.checkpoint, c.args.base, c.args.json)
+
+
+def _bench(c: Invocation) -> int:
+    from .commands.bench import bench
+
+    return bench(c.config, c.paths, c.args.rounds)
+
+
+@dataclass(frozen=True)
+class Command:
+    run: Callable[[Invocation], int]
+    logs_to_file: bool = True  # the node's log file: for commands that run a node, a helper or a probe
+
+
+COMMANDS: dict[str, Command] = {
+    "run": Command(_run),
+    "status": Command(_control, logs_to_file=False),
+    "pause": Command(_control, logs_to_file=False),
+    "resume": Command(_control, logs_to_file=False),
+    "finish": Command(_control, logs_to_file=False),
+    "service": Command(_service, logs_to_file=False),
+    "config": Command(_config, logs_to_file=False),
+    "invite": Command(_invite, logs_to_file=False),
+    "join": Command(_join, logs_to_file=False),
+    "id": Command(_identity),
+    "relay": Command(_relay),
+    "doctor": Command(_doctor),
+    "sim": Command(_sim),
+    "bench": Command(_bench),
+    "bench-gpu": Command(_bench_gpu),
+    "bench-swarm": Command(_bench_swarm),
+    "experiment": Command(_experiment),
+    "eval": Command(_eval),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -193,66 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"swarmling: {exc}", file=sys.stderr)
         return 2
-    if args.command == "config":
-        return _config(config, args)
-    if args.command in ("status", "pause", "resume", "finish"):
-        return _control(paths, args.command, getattr(args, "json", False))
-    if args.command == "service":
-        return _service(paths, args)
-    if args.command == "invite":
-        return invite_command(config, paths, args.helpers, args.public_host)
-    if args.command == "join":
-        return join_command(paths, config_file, args.invite, args.replace)
-    _log_to_file(paths, config)
-    if args.command == "doctor":
-        from .commands.doctor import doctor
-
-        return _guard(lambda: doctor(config, paths, config_file))
-    if args.command == "id":
-        return _guard(lambda: identity_command(config, paths, new=args.new, adopt=args.adopt))
-    if args.command == "relay":
-        return _guard(lambda: relay_command(config, paths, args.public_host, args.every))
-    if args.command == "sim":
-        from .commands.sim import SimOptions, compare, simulate
-
-        runs = [SimOptions(n, args.rounds, args.dir / f"{n}-nodes" if args.dir and len(args.nodes) > 1 else args.dir,
-                           args.tiny, args.timeout, _cli_overrides(args)) for n in args.nodes]
-        if len(runs) == 1:
-            return _guard(lambda: simulate(runs[0], paths))
-        return _guard(lambda: compare(runs, paths))
-    if args.command == "bench-gpu":
-        from .commands.bench_gpu import bench_gpu
-
-        return bench_gpu(args.device, args.tiny, args.rounds)
-    if args.command == "bench-swarm":
-        from .commands.swarm_bench import BenchOptions, bench_swarm
-
-        warmup = args.warmup if args.warmup is not None else 7 if args.cold else 3
-        return bench_swarm(BenchOptions(args.nodes, rounds=args.rounds, warmup=warmup,
-                                        round_s=args.round_seconds, dial=args.dial, directory=args.dir, cold=args.cold))
-    if args.command == "experiment":
-        from .commands.experiment import ExperimentOptions, experiment_command, parse_mixes
-
-        return _guard(lambda: experiment_command(ExperimentOptions(
-            out=args.out, nodes=args.nodes, rounds=args.rounds, seeds=args.seeds, mixes=parse_mixes(args.mixes),
-            models=tuple(m for m in args.models.split(",") if m), tiny=args.tiny,
-            overrides=tuple(_cli_overrides(args))), paths))
-    if args.command == "eval":
-        from .commands.evaluate import eval_command
-
-        return _guard(lambda: eval_command(config, paths, args.checkpoint, args.base, args.json))
-    if args.command == "bench":
-        from .commands.bench import bench
-
-        return _guard(lambda: bench(config, paths, args.rounds))
-    if args.headless or not _interactive():
-        return _guard(lambda: _run(config, paths, args.rounds))
-    return _guard(lambda: _run_tui(config, paths, args.rounds, config_file, _cli_overrides(args)))
-
-
-def _interactive() -> bool:
-    """The TUI needs a real terminal on both ends; pipes, services and CI get headless."""
-    return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
+    command = COMMANDS[args.command]
+    if command.logs_to_file:
+        _log_to_file(paths, config)
+    return _guard(lambda: command.run(Invocation(args, config, paths, config_file)))
 
 
 def _log_to_file(paths, config: Config) -> None:
@@ -272,72 +358,6 @@ def _log_to_file(paths, config: Config) -> None:
     logging.getLogger("swarmling.rounds").setLevel(logging.INFO)
 
 
-def _control(paths, cmd: str, as_json: bool) -> int:
-    import json
-
-    from .node.control import ControlError, send
-
-    try:
-        status = send(paths.state_dir, cmd)
-    except ControlError as exc:
-        print(f"swarmling: {exc}", file=sys.stderr)
-        return 1
-    if as_json:
-        print(json.dumps(status, indent=1))
-        return 0
-    done = {"pause": "pausing", "resume": "resuming", "finish": "finishing the round, then pausing"}.get(cmd)
-    if done:
-        print(f"swarmling: {done}")
-    state = status["state"] + (f" ({status['detail']})" if status.get("detail") else "")
-    print(f"state    {state}")
-    print(f"round    {status['round']}" + (f" · {status['phase']}" if status.get("phase") else ""))
-    print(f"model    {status.get('model')} on {status.get('backend')}  (pid {status['pid']})")
-    last = status.get("last_round")
-    if last:
-        print(f"last     round {last['round']}: reward {last['reward_mean']:.3f}, solved {last['solved']}/"
-              f"{last['questions']}, {last['wall_seconds']:.0f} s")
-    if status.get("peers") is not None:
-        print(f"peers    {status['peers']}")
-    if status.get("swarm_share") is not None:
-        print(f"learnt   {status['swarm_share']:.0%} from the swarm (peers' groups' share of the advantage mass, "
-              "last 10 rounds)")
-    host = status.get("swarm_host")
-    if host and host.get("reachability_text"):
-        print(f"reach    {host['reachability_text']}")
-    if host and (host["restarts"] or not host["running"]):
-        state = "running" if host["running"] else "restarting"
-        print(f"swarm    host {state}, restarted {host['restarts']}x (last failure: {host['last_error'] or '-'})")
-    return 0
-
-
-def _service(paths, args) -> int:
-    from .commands import service
-
-    home = os.environ.get("SWARMLING_HOME") or args.home
-    try:
-        if args.action == "install":
-            print(service.install(paths, str(Path(home).resolve()) if home else None, start=not args.no_start))
-        elif args.action == "uninstall":
-            print(service.uninstall())
-        else:
-            print(service.status())
-    except service.ServiceError as exc:
-        print(f"swarmling: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _config(config: Config, args: argparse.Namespace) -> int:
-    if args.keys:
-        print(describe_keys())
-        return 0
-    for section, values in config.model_dump().items():
-        print(f"[{section}]")
-        for key, value in values.items():
-            print(f"{key} = {'auto' if value is None else repr(value)}")
-    return 0
-
-
 def _guard(fn) -> int:
     from .sizing import ResourceError
     from .errors import NodeError
@@ -349,50 +369,6 @@ def _guard(fn) -> int:
     except (NodeError, ModelError, TaskError, ConfigError, ResourceError) as exc:
         print(f"swarmling: {exc}", file=sys.stderr)
         return 1
-
-
-def _run_tui(config: Config, paths, rounds: int | None, config_file: Path, cli) -> int:
-    from .tui.app import create_app
-
-    app = create_app(config, paths, rounds=rounds, config_file=config_file, cli=cli)
-    code = app.run()
-    if app.forced:
-        print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
-        os._exit(130)  # the node's thread may be inside a native call: do not wait for it
-    if app.control.alive:  # SIGTERM / SIGHUP closed the UI first; a second signal forces
-        print("swarmling: stopping the node; the last checkpoint is kept", file=sys.stderr, flush=True)
-    app.control.join()
-    if app.view.state == "failed":
-        print(f"swarmling: {app.view.state_detail}", file=sys.stderr)
-        return 1
-    return code or 0
-
-
-def _run(config: Config, paths, rounds: int | None) -> int:
-    from .headless import HeadlessPrinter
-    from .node.loop import Node
-
-    node = Node(config, paths, HeadlessPrinter())
-    signals = {"count": 0}
-
-    def on_signal(signum, frame):
-        signals["count"] += 1
-        if signals["count"] == 1:
-            what = "finishing" if config.run.on_stop == "finish" else "abandoning"
-            print(f"swarmling: stopping ({what} the round in flight; again to force)", file=sys.stderr, flush=True)
-            node.request_stop()
-        else:
-            print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
-            os._exit(130)
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        node.start()
-        node.run(rounds)
-    finally:
-        node.close()
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -352,3 +352,12 @@ def describe_keys() -> str:
             default = "auto (per hardware)" if f.default is None else repr(f.default)
             out.append(f"  {key} = {default}")
     return "\n".join(out)
+
+
+def describe_config(config: Config) -> str:
+    """The effective configuration, for `swarmling config`."""
+    out = []
+    for section, values in config.model_dump().items():
+        out.append(f"[{section}]")
+        out.extend(f"{key} = {'auto' if value is None else repr(value)}" for key, value in values.items())
+    return "\n".join(out)

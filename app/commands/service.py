@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from string import Template
 from xml.sax.saxutils import escape
+
 from ...backends.atomic import write_atomic
 
 from ..paths import Paths
@@ -137,3 +138,18 @@ def status() -> str:
     out = _run(["systemctl", "--user", "is-active", UNIT])
     state = out.stdout.strip() or out.stderr.strip() or "unknown"
     return f"installed at {path}; {state}"
+
+
+def service_command(paths: Paths, action: str, home: str | None, start: bool) -> int:
+    """`swarmling service install|uninstall|status`."""
+    try:
+        if action == "install":
+            print(install(paths, str(Path(home).resolve()) if home else None, start=start))
+        elif action == "uninstall":
+            print(uninstall())
+        else:
+            print(status())
+    except ServiceError as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+    return 0

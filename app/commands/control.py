@@ -1,0 +1,42 @@
+"""`swarmling status | pause | resume | finish`: steer the running node over its local socket."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..node.control import ControlError, send
+
+
+def control_command(paths, cmd: str, as_json: bool) -> int:
+    try:
+        status = send(paths.state_dir, cmd)
+    except ControlError as exc:
+        print(f"swarmling: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps(status, indent=1))
+        return 0
+    done = {"pause": "pausing", "resume": "resuming", "finish": "finishing the round, then pausing"}.get(cmd)
+    if done:
+        print(f"swarmling: {done}")
+    state = status["state"] + (f" ({status['detail']})" if status.get("detail") else "")
+    print(f"state    {state}")
+    print(f"round    {status['round']}" + (f" · {status['phase']}" if status.get("phase") else ""))
+    print(f"model    {status.get('model')} on {status.get('backend')}  (pid {status['pid']})")
+    last = status.get("last_round")
+    if last:
+        print(f"last     round {last['round']}: reward {last['reward_mean']:.3f}, solved {last['solved']}/"
+              f"{last['questions']}, {last['wall_seconds']:.0f} s")
+    if status.get("peers") is not None:
+        print(f"peers    {status['peers']}")
+    if status.get("swarm_share") is not None:
+        print(f"learnt   {status['swarm_share']:.0%} from the swarm (peers' groups' share of the advantage mass, "
+              "last 10 rounds)")
+    host = status.get("swarm_host")
+    if host and host.get("reachability_text"):
+        print(f"reach    {host['reachability_text']}")
+    if host and (host["restarts"] or not host["running"]):
+        state = "running" if host["running"] else "restarting"
+        print(f"swarm    host {state}, restarted {host['restarts']}x (last failure: {host['last_error'] or '-'})")
+    return 0

@@ -1,0 +1,65 @@
+"""`swarmling run`: the node, with its TUI in a terminal or headless elsewhere."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from ..config import Config
+
+
+def run_command(config: Config, paths, rounds: int | None, headless: bool, config_file: Path, cli) -> int:
+    if headless or not interactive():
+        return run_headless(config, paths, rounds)
+    return run_tui(config, paths, rounds, config_file, cli)
+
+
+def interactive() -> bool:
+    """The TUI needs a real terminal on both ends; pipes, services and CI get headless."""
+    return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
+
+
+def run_tui(config: Config, paths, rounds: int | None, config_file: Path, cli) -> int:
+    from ..tui.app import create_app
+
+    app = create_app(config, paths, rounds=rounds, config_file=config_file, cli=cli)
+    code = app.run()
+    if app.forced:
+        print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
+        os._exit(130)  # the node's thread may be inside a native call: do not wait for it
+    if app.control.alive:  # SIGTERM / SIGHUP closed the UI first; a second signal forces
+        print("swarmling: stopping the node; the last checkpoint is kept", file=sys.stderr, flush=True)
+    app.control.join()
+    if app.view.state == "failed":
+        print(f"swarmling: {app.view.state_detail}", file=sys.stderr)
+        return 1
+    return code or 0
+
+
+def run_headless(config: Config, paths, rounds: int | None) -> int:
+    from ..headless import HeadlessPrinter
+    from ..node.loop import Node
+
+    node = Node(config, paths, HeadlessPrinter())
+    signals = {"count": 0}
+
+    def on_signal(signum, frame):
+        signals["count"] += 1
+        if signals["count"] == 1:
+            what = "finishing" if config.run.on_stop == "finish" else "abandoning"
+            print(f"swarmling: stopping ({what} the round in flight; again to force)", file=sys.stderr, flush=True)
+            node.request_stop()
+        else:
+            print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
+            os._exit(130)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        node.start()
+        node.run(rounds)
+    finally:
+        node.close()
+    return 0
