@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .learning.round_record import RoundRecord
+from .sizing import RoundShape
 
 # The node's run state, as a viewer shows it.
 STATES = ("starting", "running", "pausing", "paused", "finishing", "suspended", "stopping", "stopped", "failed")
@@ -25,7 +26,7 @@ class NodeStarted:
     preset: str
     reason: str  # why this backend
     resumed_round: int  # 0 on a fresh start
-    settings: dict
+    shape: RoundShape  # what its rounds generate and train on
     peer_id: str = ""  # empty when the swarm is off
     swarm: str = ""
 

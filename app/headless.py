@@ -18,10 +18,10 @@ class HeadlessPrinter:
             print(format_round(event.record), file=self.out, flush=True)
         elif isinstance(event, NodeStarted):
             start = f"resuming after round {event.resumed_round}" if event.resumed_round else "fresh start"
-            st = event.settings
+            st = event.shape
             print(
                 f"swarmling: {event.model} on {event.backend} ({event.device}), preset {event.preset}, {start}; "
-                f"{st['questions']} questions x {st['completions']} completions, {st['max_new_tokens']} new tokens max\n"
+                f"{st.questions} questions x {st.completions} completions, {st.max_new_tokens} new tokens max\n"
                 f"  backend choice: {event.reason}",
                 file=self.err,
                 flush=True,

@@ -11,21 +11,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import Config
-from .hardware import Hardware, choose_backend
+from .hardware import BackendChoice, Hardware, choose_backend
 from .learning.tasks import Preset
 
 
 @dataclass(frozen=True)
-class Resolved:
+class BuildSettings:
+    """Fixed when the backend is built: a change to any of them waits for a restart."""
+
+    kind: str  # the backend: "cpu", "cuda" or "mlx"
     threads: int
+    microbatch_tokens: int
+    activation_checkpointing: bool
+    memory_limit: float | None  # bytes the CPU or MLX node sized itself to (None on CUDA)
+
+
+@dataclass(frozen=True)
+class RoundShape:
+    """What a round generates and trains on: the settings screen may change it between rounds."""
+
     questions: int
     completions: int
     max_new_tokens: int
     local_groups: int
-    microbatch_tokens: int
-    activation_checkpointing: bool
-    kind: str  # the backend these were resolved for: "cpu", "cuda" or "mlx"
-    memory_limit: float | None  # bytes the CPU or MLX node sized itself to (None on CUDA)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What this machine runs: the backend (decided here, for the node, `swarmling eval` and
+    `doctor` alike), what it is built with, and the round's shape."""
+
+    backend: BackendChoice
+    build: BuildSettings
+    shape: RoundShape
 
 
 # Peak resident memory of a CPU node with the shipped 135M model. It is reached while training,
@@ -112,15 +130,18 @@ def wants_checkpointing(config: Config, limit_bytes: float, model_scale: float, 
     return binding and estimate_peak_bytes(one_pass, model_scale) > limit_bytes
 
 
-def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1.0) -> Resolved:
+def plan(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1.0) -> Sizing:
+    """The backend for this machine and config, what it is built with, and the round's shape;
+    ResourceError when the user's memory ceiling fits no round."""
+    choice = choose_backend(hw, config.backend.kind)
+    build = build_settings(config, hw, choice.name, model_scale)
+    return Sizing(choice, build, round_shape(config, preset, build, model_scale))
+
+
+def build_settings(config: Config, hw: Hardware, kind: str, model_scale: float = 1.0) -> BuildSettings:
     # All cores but one by default: the machine's owner keeps a core for their own work.
     threads = config.backend.threads or max(1, hw.physical_cores - 1)
-    small = threads <= 4
-    questions = config.round.questions or (8 if small else 16)
-    completions = config.round.completions or 8
-    max_new_tokens = config.round.max_new_tokens or preset.max_new_tokens
     ceiling = config.resources.max_memory_gb
-    kind = choose_backend(hw).name if config.backend.kind == "auto" else config.backend.kind
     limit = None
     if kind == "cuda":
         # On a GPU the microbatch follows device memory (logits are chunked, so activations of a
@@ -143,47 +164,47 @@ def resolve(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1
         else:
             microbatch = fit_microbatch(asked or DEFAULT_MICROBATCH, limit, model_scale,
                                         strict=ceiling is not None, checkpointing=checkpointing)
-        if ceiling is not None and kind == "cpu":
-            sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)
-            if sampling > limit:
-                raise ResourceError(
-                    f"resources.max_memory_gb = {ceiling:g} is below what generating a round of {questions} questions "
-                    f"x {completions} completions x {max_new_tokens} new tokens needs (about {sampling / 1e9:.1f} GB): "
-                    "lower round.questions, round.completions or round.max_new_tokens, or raise the ceiling"
-                )
-    return Resolved(
-        threads=threads,
-        questions=questions,
-        completions=completions,
-        max_new_tokens=max_new_tokens,
-        # SAPO's I local + J external: by default the questions a round generates split between the
-        # two (8 questions -> 4 local + 4 external, the paper's best mix).
-        local_groups=(
-            max(1, questions - config.round.external_groups)
-            if config.round.local_groups is None
-            else config.round.local_groups
-        ),
-        microbatch_tokens=microbatch,
-        activation_checkpointing=checkpointing,
-        kind=kind,
-        memory_limit=limit,
-    )
+    return BuildSettings(kind=kind, threads=threads, microbatch_tokens=microbatch,
+                         activation_checkpointing=checkpointing, memory_limit=limit)
 
 
-def memory_note(config: Config, resolved: Resolved, model_scale: float = 1.0) -> str | None:
+def round_shape(config: Config, preset: Preset, build: BuildSettings, model_scale: float = 1.0) -> RoundShape:
+    """The round's shape as configured, with what was left to the hardware filled in (bigger
+    rounds where there are more threads); ResourceError when generating it would not fit under
+    the user's memory ceiling on the CPU backend."""
+    questions = config.round.questions or (8 if build.threads <= 4 else 16)
+    completions = config.round.completions or 8
+    max_new_tokens = config.round.max_new_tokens or preset.max_new_tokens
+    ceiling = config.resources.max_memory_gb
+    if ceiling is not None and build.kind == "cpu":
+        sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)
+        if sampling > ceiling * 1e9:
+            raise ResourceError(
+                f"resources.max_memory_gb = {ceiling:g} is below what generating a round of {questions} questions "
+                f"x {completions} completions x {max_new_tokens} new tokens needs (about {sampling / 1e9:.1f} GB): "
+                "lower round.questions, round.completions or round.max_new_tokens, or raise the ceiling"
+            )
+    # SAPO's I local + J external: by default the questions a round generates split between the
+    # two (8 questions -> 4 local + 4 external, the paper's best mix).
+    local = config.round.local_groups
+    return RoundShape(questions=questions, completions=completions, max_new_tokens=max_new_tokens,
+                      local_groups=max(1, questions - config.round.external_groups) if local is None else local)
+
+
+def memory_note(config: Config, build: BuildSettings, model_scale: float = 1.0) -> str | None:
     """What the memory limit (the user's ceiling, or the guest's share of a small machine) made of
     training, for the user; None when nothing was chosen for them."""
     notes = []
-    if resolved.kind == "mlx" and config.train.activation_checkpointing:
+    if build.kind == "mlx" and config.train.activation_checkpointing:
         notes.append("train.activation_checkpointing is not implemented by the MLX trainer: it keeps every "
                      "activation (a smaller train.microbatch_tokens uses less memory)")
     ceiling = config.resources.max_memory_gb
-    chose_checkpointing = resolved.activation_checkpointing and config.train.activation_checkpointing is None
+    chose_checkpointing = build.activation_checkpointing and config.train.activation_checkpointing is None
     sized = ceiling is not None and config.train.microbatch_tokens is None
-    if resolved.memory_limit is not None and (chose_checkpointing or sized):
-        mb, ckpt = resolved.microbatch_tokens, resolved.activation_checkpointing
+    if build.memory_limit is not None and (chose_checkpointing or sized):
+        mb, ckpt = build.microbatch_tokens, build.activation_checkpointing
         limit = (f"memory ceiling {ceiling:g} GB" if ceiling is not None
-                 else f"a guest's share of this machine ({resolved.memory_limit / 1e9:.1f} GB)")
+                 else f"a guest's share of this machine ({build.memory_limit / 1e9:.1f} GB)")
         notes.append(f"{limit}: training microbatch {mb} tokens{', activation checkpointing' if ckpt else ''} "
                      f"(estimated peak {estimate_peak_bytes(mb, model_scale, ckpt) / 1e9:.1f} GB)")
     return "; ".join(notes) or None

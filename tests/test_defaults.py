@@ -14,7 +14,7 @@ from swarmling.app.sizing import (
     fit_microbatch,
     guest_bytes,
     memory_note,
-    resolve,
+    plan,
 )
 from swarmling.app.hardware import Hardware
 from swarmling.app.learning.tasks import load_preset
@@ -26,7 +26,7 @@ def machine(gib: float, **kw) -> Hardware:
 
 
 def resolved(gib: float = 8, hw: Hardware | None = None, **sections):
-    return resolve(Config.model_validate(sections), hw or machine(gib), load_preset("starter"))
+    return plan(Config.model_validate(sections), hw or machine(gib), load_preset("starter")).build
 
 
 def test_the_microbatch_halves_until_the_estimated_peak_fits():
@@ -58,7 +58,7 @@ def test_without_a_ceiling_the_cpu_default_is_a_good_guest_on_any_machine():
 
 
 def test_a_bigger_model_on_a_big_machine_keeps_its_speed_under_the_guest_cap():
-    big_model = resolve(Config(), machine(64), load_preset("starter"), model_scale=1.5)
+    big_model = plan(Config(), machine(64), load_preset("starter"), model_scale=1.5).build
     assert not big_model.activation_checkpointing
 
 

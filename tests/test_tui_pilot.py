@@ -92,7 +92,7 @@ def test_keys_drive_a_real_node(tmp_path):
             assert type(app.screen).__name__ == "Screen"
             text = paths.config_file.read_text()
             assert "questions = 3" in text and "external_groups = 2" in text
-            assert app.control.node.resolved.local_groups == 1
+            assert app.control.node.sizing.shape.local_groups == 1
 
             # q: stop; the app exits once the node has closed
             await pilot.press("q")

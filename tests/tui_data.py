@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from swarmling.app.config import Config
 from swarmling.app.learning.round_record import RoundRecord
+from swarmling.app.sizing import RoundShape
 from swarmling.app.events import (
     CompletionView,
     GroupView,
@@ -76,7 +77,7 @@ def group(round_no: int, source: str, i: int) -> GroupView:
 def events(rounds: int = 12) -> list:
     out = [
         NodeStarted("cpu", "llama.cpp + torch, 2 threads", "smollm2-135m", "starter", "no GPU found", 0,
-                    {"questions": 8, "completions": 8, "max_new_tokens": 24, "threads": 2}, ME, "main"),
+                    RoundShape(questions=8, completions=8, max_new_tokens=24, local_groups=4), ME, "main"),
         StateChanged("running"),
         Notice("info", f"swarm 'main': peer {ME}, listening on /ip4/127.0.0.1/tcp/38433"),
     ]

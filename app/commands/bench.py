@@ -77,7 +77,7 @@ def _bench(node: Node, rounds: int) -> int:
     print(f"  {'peak RSS':<9} {peak_rss_bytes() / 1e9:7.2f} GB")
     if outcome is not None:
         _compare_training(node.backend, training_samples(outcome.trained or outcome.groups),
-                          checkpointing_required=node.resolved.activation_checkpointing
+                          checkpointing_required=node.sizing.build.activation_checkpointing
                           and node.config.train.activation_checkpointing is None)
 
     reference = node.backend.reference_decoder()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..node.backend_slot import model_scale
 from ..config import Config
-from ..sizing import ResourceError, resolve
+from ..sizing import ResourceError, plan
 from ..hardware import choose_backend, detect
 from ..models import SHIPPED, ModelError, resolve_model
 from ..paths import Paths
@@ -57,9 +57,6 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
           f" (now: {'bf16' if config.train.cpu_bf16 else 'fp32'} matmuls)")
     print(f"  cuda        {', '.join(hw.cuda_devices) or 'none'}")
     print(f"  apple mlx   {'yes' if hw.mlx_importable else 'no'}")
-    choice = choose_backend(hw, config.backend.kind)
-    print("backend")
-    print(f"  {choice.name}: {choice.reason}")
     status = 0
     model = None
     try:
@@ -68,17 +65,24 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
         model_problem = str(exc)
         status = 1
     preset = load_preset(config.round.preset)
+    try:
+        sizing, problem = plan(config, hw, preset, model_scale(model) if model is not None else 1.0), None
+        choice = sizing.backend
+    except ResourceError as exc:  # the round does not fit: still say which backend it would be
+        sizing, problem, choice = None, str(exc), choose_backend(hw, config.backend.kind)
+    print("backend")
+    print(f"  {choice.name}: {choice.reason}")
     print("round")
     print(f"  preset {preset.name} ({preset.description})")
-    try:
-        res = resolve(config, hw, preset, model_scale(model) if model is not None else 1.0)
+    if sizing is not None:
+        shape, build = sizing.shape, sizing.build
         print(
-            f"  {res.questions} questions x {res.completions} completions, up to {res.max_new_tokens} new tokens, "
-            f"{res.threads} threads, training microbatch {res.microbatch_tokens} tokens"
-            f"{' with activation checkpointing' if res.activation_checkpointing else ''}"
+            f"  {shape.questions} questions x {shape.completions} completions, up to {shape.max_new_tokens} new tokens, "
+            f"{build.threads} threads, training microbatch {build.microbatch_tokens} tokens"
+            f"{' with activation checkpointing' if build.activation_checkpointing else ''}"
         )
-    except ResourceError as exc:
-        print(f"  problem: {exc}")
+    else:
+        print(f"  problem: {problem}")
         status = 1
     print("model")
     if model is not None:

@@ -9,14 +9,14 @@ from pathlib import Path
 from ...backends.adapter_format import ADAPTER_CONFIG
 from ..config import Config
 from ..errors import NodeError
-from ..hardware import choose_backend, detect
+from ..hardware import detect
 from ..learning.evaluation import evaluate
 from ..learning.tasks import load_preset
 from ..models import resolve_model
 from ..node.backend_slot import BackendSlot, backend_spec, model_scale
 from ..node.checkpoint import latest_checkpoint
 from ..paths import Paths
-from ..sizing import resolve
+from ..sizing import plan
 
 
 def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bool, as_json: bool) -> int:
@@ -29,15 +29,14 @@ def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bo
     hardware = detect()
     preset = load_preset(config.round.preset)
     model = resolve_model(config.model.name, paths.cache_dir)
-    resolved = resolve(config, hardware, preset, model_scale(model))
-    kind = choose_backend(hardware, config.backend.kind).name
-    slot = BackendSlot(backend_spec(kind, config, paths, resolved, model, seed=0), paths.checkpoints)
+    sizing = plan(config, hardware, preset, model_scale(model))
+    slot = BackendSlot(backend_spec(config, paths, sizing.build, model, seed=0), paths.checkpoints)
     backend = slot.open()
     try:
         if checkpoint is not None:
             backend.load_adapter(checkpoint)
             backend.hand_off()
-        result = evaluate(backend, preset, config.reward.prefill_answer, resolved.max_new_tokens)
+        result = evaluate(backend, preset, config.reward.prefill_answer, sizing.shape.max_new_tokens)
     finally:
         slot.close()
     weights = str(checkpoint) if checkpoint is not None else f"base model {model.name}"

@@ -15,14 +15,16 @@ from dataclasses import dataclass, field
 from statistics import fmean
 
 import numpy as np
+import psutil
 
 from ...backends.base import Abandoned, Backend, SamplingParams, StopCheck, TrainSample
 from ..config import Config
 from .curriculum import Curriculum
-from ..sizing import Resolved
+from ..sizing import RoundShape
 from .prompt import STOP, PromptFormat
 from .rollout import QuestionGroup, ScoredCompletion, ShareCallback
-from .round_record import RoundRecord, TrainRecord
+from .evaluation import EvalResult, eval_fields
+from .round_record import RoundRecord, SwarmRoundStats, TrainRecord
 from .group_selection import select_groups
 from .tasks import EVAL_SEED, Preset, regenerate
 
@@ -37,20 +39,21 @@ class RoundSettings:
     prefill_answer: bool
     format_bonus: float
     max_groups_per_peer: int | None = None
+    model: str = ""  # the model's name, for the record (the caller knows it; a backend may not)
 
     @property
     def prompt_format(self) -> PromptFormat:
         return PromptFormat(self.prefill_answer)
 
     @classmethod
-    def from_config(cls, config: Config, resolved: Resolved) -> RoundSettings:
+    def from_config(cls, config: Config, shape: RoundShape) -> RoundSettings:
         """The round's shape as configured, with what was left to the hardware filled in."""
         return cls(
-            questions=resolved.questions,
-            completions=resolved.completions,
-            max_new_tokens=resolved.max_new_tokens,
+            questions=shape.questions,
+            completions=shape.completions,
+            max_new_tokens=shape.max_new_tokens,
             temperature=config.round.temperature,
-            local_groups=resolved.local_groups,
+            local_groups=shape.local_groups,
             external_groups=config.round.external_groups,
             prefill_answer=config.reward.prefill_answer,
             format_bonus=config.reward.format_bonus,
@@ -67,9 +70,21 @@ class RoundOutcome:
     trained: list[QuestionGroup] = field(default_factory=list)  # every group the update used
 
 
+@dataclass(frozen=True)
+class RoundClosing:
+    """What the caller adds to the round's record once its update is applied: the swarm's figures
+    and the held-out score, when one was measured (the result and the round whose weights it scored)."""
+
+    external_rejected: int = 0
+    swarm: SwarmRoundStats | None = None
+    held_out: tuple[EvalResult, int] | None = None
+
+
 PhaseCallback = Callable[[str], None]
 ExternalSource = Callable[[], Sequence[QuestionGroup]]  # peers' verified groups, asked for at sampling
 PhaseProgress = Callable[[str, int, int, int], None]  # (phase, done, total, tokens): see ProgressCallback
+# (groups the update trained on, peers' groups among them) -> what the caller adds to the record
+RoundCloser = Callable[[Sequence[QuestionGroup], Sequence[QuestionGroup]], RoundClosing]
 
 
 def run_round(
@@ -84,7 +99,9 @@ def run_round(
     on_phase: PhaseCallback | None = None,
     share: ShareCallback | None = None,
     on_progress: PhaseProgress | None = None,
+    close: RoundCloser | None = None,
 ) -> RoundOutcome:
+    started = time.time()
     stop = should_stop or (lambda: False)
     phase = on_phase or (lambda name: None)
     timings: dict[str, float] = {}
@@ -160,6 +177,13 @@ def run_round(
         handoff_s = backend.hand_off()
         lap("hand-off")
 
+    trained = list(selection.groups) if train_stats else []
+    used_external = list(selection.external) if train_stats else []
+
+    # 8. close: what the caller measures now that the update is applied (the swarm's figures, a
+    # held-out score when one is due), for the record
+    closing = close(trained, used_external) if close is not None else RoundClosing()
+
     # Commit curriculum progress on a copy: the caller keeps it only with the checkpoint.
     updated = copy.deepcopy(curriculum)
     for g in groups:
@@ -208,14 +232,17 @@ def run_round(
             sampler_logprob_gap=train_stats.sampler_logprob_gap,
             sampler_ratio_outside=train_stats.sampler_ratio_outside,
         ),
+        **(eval_fields(*closing.held_out) if closing.held_out is not None else {}),
+        external_rejected=closing.external_rejected,
+        timestamp=started,
+        wall_seconds=round(time.time() - started, 3),
+        model=settings.model,
+        preset=preset.name,
+        backend=backend.info().name,
+        rss_bytes=psutil.Process().memory_info().rss,
+        swarm=closing.swarm,
     )
-    return RoundOutcome(
-        record,
-        groups,
-        updated,
-        list(selection.external) if train_stats else [],
-        list(selection.groups) if train_stats else [],
-    )
+    return RoundOutcome(record, groups, updated, used_external, trained)
 
 
 def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:

@@ -88,13 +88,13 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     external_advantage_share: float | None = None
     # Who taught this node what: peer id -> its groups the update trained on.
     external_groups_by_peer: dict[str, int] = msgspec.field(default_factory=dict)
-    # ---- the held-out score (app/evaluation.py), on the rounds that measured it ----
+    # ---- the held-out score (learning/evaluation.py), on the rounds that measured it ----
     eval_accuracy: float | None = None
     eval_per_dataset: dict[str, float] | None = None
     eval_tag_rate: float | None = None  # replies that closed the tag (a reply without it is wrong)
     eval_of_round: int | None = None  # the round whose weights were evaluated (0: the base model)
     eval_seconds: float | None = None
-    # ---- added by the node ----
+    # ---- the round as a whole, and what its caller measured when it closed (learning/round.py) ----
     external_rejected: int = 0
     timestamp: float = 0.0
     wall_seconds: float = 0.0

@@ -13,7 +13,7 @@ from ...backends.factory import build_backend
 from ...backends.settings import BackendSpec, GrpoSettings, LoraSettings, OptimSettings
 from .checkpoint import latest_checkpoint
 from ..config import Config
-from ..sizing import Resolved
+from ..sizing import BuildSettings
 from ..errors import NodeError
 from ..models import ResolvedModel
 from ..paths import Paths
@@ -21,19 +21,19 @@ from ..paths import Paths
 BackendBuilder = Callable[[BackendSpec], Backend]
 
 
-def backend_spec(kind: str, config: Config, paths: Paths, resolved: Resolved, model: ResolvedModel, seed: int) -> BackendSpec:
+def backend_spec(config: Config, paths: Paths, build: BuildSettings, model: ResolvedModel, seed: int) -> BackendSpec:
     t = config.train
     return BackendSpec(
-        kind=kind,
+        kind=build.kind,
         model_name=model.name,
         gguf=model.gguf,
         hf_dir=model.hf_dir,
         cache_dir=paths.cache_dir,
         runtime_dir=paths.runtime_dir,
-        threads=resolved.threads,
+        threads=build.threads,
         temperature=config.round.temperature,
         lora=LoraSettings.from_config(t),
-        optim=OptimSettings.from_config(t, resolved.microbatch_tokens, resolved.activation_checkpointing),
+        optim=OptimSettings.from_config(t, build.microbatch_tokens, build.activation_checkpointing),
         grpo=GrpoSettings.from_config(t),
         seed=seed,
         full=t.mode == "full",

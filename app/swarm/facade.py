@@ -158,6 +158,15 @@ class OnlineSwarm(OfflineSwarm):
 SwarmOpener = Callable[[Config, Paths, str, Listener], OfflineSwarm]  # (config, paths, model, emit)
 
 
+def inbound_budget(config: Config, last_round_seconds: float | None) -> int | None:
+    """Bytes the next round may fetch: resources.bandwidth_kib_s over the last round's length
+    (30 s before the first), if that is below swarm.inbound_kib_per_round; None: no cap set."""
+    cap = config.resources.bandwidth_kib_s
+    if cap is None:
+        return None
+    return min(config.swarm.inbound_kib_per_round, int(cap * (last_round_seconds or 30.0))) * 1024
+
+
 def open_swarm(config: Config, paths: Paths, model_name: str, emit: Listener) -> OfflineSwarm:
     """The swarm the config asks for, started; errors the user can fix become NodeError."""
     sw = config.swarm

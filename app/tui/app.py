@@ -169,7 +169,7 @@ class SwarmlingApp(App[int]):
             self.control.finish_then_pause()
 
     def action_settings(self) -> None:
-        questions = int(self.view.settings.get("questions") or 0)
+        questions = self.view.shape.questions if self.view.shape is not None else 0
 
         def saved(summary: str | None) -> None:
             if summary:

@@ -28,6 +28,7 @@ from ..events import (
     SwarmUpdated,
 )
 from ..learning.round_record import RoundRecord
+from ..sizing import RoundShape
 
 MAX_QUEUED = 10_000  # a stalled UI drops the oldest events rather than grow without bound
 MAX_HISTORY = 1_000  # rounds kept for the reward plot
@@ -83,7 +84,7 @@ class NodeView:
     swarm: str = ""
     state: str = "starting"
     state_detail: str = ""
-    settings: dict = field(default_factory=dict)
+    shape: RoundShape | None = None  # the round the node runs (None until it has started)
     # round
     round: int = 0  # the round in flight (or the next one)
     phase: str = ""
@@ -160,7 +161,7 @@ class NodeView:
             self._bump("header", "round")
         elif isinstance(event, NodeStarted):
             self.model, self.backend, self.device = event.model, event.backend, event.device
-            self.preset, self.settings = event.preset, event.settings
+            self.preset, self.shape = event.preset, event.shape
             self.peer_id, self.swarm = event.peer_id, event.swarm
             self.round = event.resumed_round
             self._log("info", f"{event.model} on {event.backend} ({event.device}): {event.reason}")

@@ -1,0 +1,49 @@
+"""When the node measures its held-out score (learning/evaluation.py): the weights it starts
+from, then every `eval.every_rounds` rounds; each result goes into the record of the round that
+measured it, with the round whose weights it scored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+from ...backends.base import Abandoned, StopCheck
+from ..learning.evaluation import EvalResult
+
+# Scores the current weights (after the given round); raises Abandoned when told to stop.
+Measure = Callable[[int, StopCheck | None], EvalResult]
+HeldOutScore = tuple[EvalResult, int]  # the result and the round whose weights it scored
+
+
+class HeldOutSchedule:
+    def __init__(self, every_rounds: int, measure: Measure, base_scores: dict | None = None) -> None:
+        self.every_rounds = every_rounds
+        self._measure = measure
+        # Nodes that start from the same base model (an experiment's) share its deterministic score.
+        self._base_scores = base_scores
+        self._pending: HeldOutScore | None = None  # the start's score, for the first round's record
+        self._start_done = False
+
+    def resumed_at(self, round_no: int, saved_record: dict | None) -> None:
+        """The weights we resume from were measured when their round ended: no need to again."""
+        self._start_done = round_no > 0 and (saved_record or {}).get("eval_of_round") == round_no
+
+    def at_start(self, round_no: int, key: Hashable, should_stop: StopCheck) -> None:
+        """The score of the weights the node starts from (the base model on a fresh start)."""
+        if not self.every_rounds or self._start_done:
+            return
+        shared = self._base_scores if self._base_scores is not None and round_no == 0 else {}
+        try:
+            result = shared.get(key) or self._measure(round_no, should_stop)
+        except Abandoned:
+            return  # paused or stopped at once: the first scheduled evaluation measures it later
+        shared[key] = result
+        self._pending = (result, round_no)
+        self._start_done = True
+
+    def after_round(self, round_no: int) -> HeldOutScore | None:
+        """The score for this round's record: measured now when due (the update is applied, so it
+        cannot be abandoned: the checkpoint must follow), else the start's, once."""
+        every, pending, self._pending = self.every_rounds, self._pending, None
+        if every and round_no % every == 0:
+            return self._measure(round_no, None), round_no
+        return pending
