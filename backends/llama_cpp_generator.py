@@ -291,16 +291,25 @@ class LlamaCppGenerator:
         return self.detokenize(s.token_ids[:-1] if s.end.reason == "eos" else s.token_ids)
 
     def _prefill_prompts(self, batch, batch_cap: int, prompt_ids, n: int, on_decoded) -> None:
-        """Decode every prompt once (several per llama_decode while they fit in the batch) into
-        sequence p * n, call `on_decoded(prompt indices, batch positions of their last tokens)` after
-        each decode (logits rows are in that order), then share each prompt's KV cells with its
-        other n - 1 sequences."""
+        """Decode every prompt once into sequence p * n and share its KV cells with its other n - 1
+        sequences. The prompts' common prefix (the chat template's system turn: about half of a
+        short task's prompt) is decoded once and shared with every prompt before their own tokens
+        are decoded, several prompts per llama_decode while they fit in the batch;
+        `on_decoded(prompt indices, batch positions of their last tokens)` is called after each
+        decode (logits rows are in that order)."""
+        memory = lc.llama_get_memory(self._ctx)
+        shared = common_prefix_length(prompt_ids) if len(prompt_ids) > 1 else 0
+        for start in range(0, shared, batch_cap):
+            prefix = prompt_ids[0][start: min(shared, start + batch_cap)]
+            self._decode(batch, [(t, start + i, 0, False) for i, t in enumerate(prefix)])
+        for p in range(1, len(prompt_ids) if shared else 0):
+            lc.llama_memory_seq_cp(memory, 0, p * n, -1, -1)
 
         def flush(which: list[int]) -> None:
             entries, last_positions = [], []
             for p in which:
                 ids = prompt_ids[p]
-                entries.extend((t, pos, p * n, pos == len(ids) - 1) for pos, t in enumerate(ids))
+                entries.extend((ids[pos], pos, p * n, pos == len(ids) - 1) for pos in range(shared, len(ids)))
                 last_positions.append(len(entries) - 1)
             self._decode(batch, entries)
             on_decoded(which, last_positions)
@@ -308,14 +317,13 @@ class LlamaCppGenerator:
         pending: list[int] = []
         used = 0
         for p, ids in enumerate(prompt_ids):
-            if used + len(ids) > batch_cap and pending:
+            if used + len(ids) - shared > batch_cap and pending:
                 flush(pending)
                 pending, used = [], 0
             pending.append(p)
-            used += len(ids)
+            used += len(ids) - shared
         if pending:
             flush(pending)
-        memory = lc.llama_get_memory(self._ctx)
         for p in range(len(prompt_ids)):
             for g in range(1, n):
                 lc.llama_memory_seq_cp(memory, p * n, p * n + g, -1, -1)
@@ -380,6 +388,16 @@ class LlamaCppGenerator:
             self.close()
         except Exception:
             pass
+
+
+def common_prefix_length(prompt_ids: Sequence[Sequence[int]]) -> int:
+    """Tokens every prompt starts with, leaving each at least its last token to decode (whose
+    logits give the prompt's first reply token)."""
+    shortest = min(len(p) for p in prompt_ids)
+    length = 0
+    while length < shortest - 1 and all(p[length] == prompt_ids[0][length] for p in prompt_ids):
+        length += 1
+    return length
 
 
 def _sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

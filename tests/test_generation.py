@@ -69,3 +69,21 @@ def test_reference_decode_for_the_benchmark(generator):
     lengths = [[3, 5], [1, 4]]
     tokens, seconds = generator.reference_decode(ids, 2, lengths, temperature=1.0)
     assert tokens == 13 and seconds > 0
+
+
+def test_prompts_share_their_common_prefix_and_each_keeps_its_last_token():
+    from swarmling.backends.llama_cpp_generator import common_prefix_length
+
+    assert common_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert common_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # the last token's logits start the reply
+    assert common_prefix_length([[7, 1], [8, 1]]) == 0
+
+
+def test_a_batch_of_chat_prompts_samples_as_each_alone_would(generator):
+    """The system turn decoded once and shared changes no logit a prompt's reply starts from."""
+    ids = [prompt_ids(generator, q, "<answer>") for q in ("What is 2 + 3?", "What is 10 - 4?", "Spell cat.")]
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.01, seed=1)
+    together = generator.generate(ids, 1, greedy).completions
+    alone = [generator.generate([p], 1, greedy).completions[0] for p in ids]
+    assert [g[0].token_ids for g in together] == [g[0].token_ids for g in alone]
+    assert np.allclose([g[0].logprobs[0] for g in together], [g[0].logprobs[0] for g in alone], atol=0.05)
