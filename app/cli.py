@@ -110,10 +110,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(exp)
 
     ev = sub.add_parser("eval", help="held-out accuracy of a checkpoint (default: the newest) or the base model")
-    ev.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
-    ev.add_argument("--base", action="store_true", help="the base model, without any adapter")
+    which = ev.add_mutually_exclusive_group()
+    which.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
+    which.add_argument("--best", action="store_true", help="the best checkpoint by held-out accuracy")
+    which.add_argument("--base", action="store_true", help="the base model, without any adapter")
+    ev.add_argument("--pass-at", type=_positive, metavar="K",
+                    help="pass@K instead: K replies per item at the training temperature (the base model's is the "
+                         "ceiling RL can be expected to approach)")
     ev.add_argument("--json", action="store_true", help="machine-readable output")
     _add_overrides(ev)
+
+    rs = sub.add_parser("reset", help="start again from the base model (or --best: from the best checkpoint); "
+                                      "checkpoints and metrics are archived, identity and peers kept")
+    rs.add_argument("--best", action="store_true", help="resume from the checkpoint with the best held-out accuracy")
 
     bench = sub.add_parser("bench", help="time a round's phases against raw llama.cpp throughput")
     bench.add_argument("--rounds", type=_positive, default=2, help="rounds to time (default 2; the first warms up)")
@@ -277,7 +286,13 @@ def _experiment(c: Invocation) -> int:
 def _eval(c: Invocation) -> int:
     from .commands.evaluate import eval_command
 
-    return eval_command(c.config, c.paths, c.args.checkpoint, c.args.base, c.args.json)
+    return eval_command(c.config, c.paths, c.args.checkpoint, c.args.base, c.args.json, c.args.best, c.args.pass_at)
+
+
+def _reset(c: Invocation) -> int:
+    from .commands.reset import reset_command
+
+    return reset_command(c.paths, c.args.best)
 
 
 def _bench(c: Invocation) -> int:
@@ -311,6 +326,7 @@ COMMANDS: dict[str, Command] = {
     "bench-swarm": Command(_bench_swarm),
     "experiment": Command(_experiment),
     "eval": Command(_eval),
+    "reset": Command(_reset, logs_to_file=False),
 }
 
 

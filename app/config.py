@@ -67,7 +67,20 @@ class TrainSection(_Section):
     # "lora": a LoRA adapter on the frozen base (every backend). "full": every weight trains
     # (CUDA backend only, when the GPU has room for weights + gradients + AdamW moments).
     mode: Literal["lora", "full"] = "lora"
-    learning_rate: float = Field(default=2e-4, gt=0, le=1.0)
+    # AdamW's step size once warmed up: linearly from 0 over the first `warmup_steps` updates
+    # (Adam's moments are mostly noise until then). Chosen by measurement: README, "Learning that
+    # lasts" (the sweep). The literature's range for LoRA RL on small batches: 5e-5 to 1e-4.
+    learning_rate: float = Field(default=1e-4, gt=0, le=1.0)
+    warmup_steps: int = Field(default=10, ge=0, le=100_000)
+    # Step only once this many question-groups with right *and* wrong replies (a strict reward
+    # spread; a spread of the format bonus alone does not count) have accumulated, this node's and
+    # peers': under Adam a step from one group moves the adapter as far as one from eight. Groups
+    # waiting for the step stay on-policy (the policy has not moved since they were sampled); they
+    # are kept in the checkpoint. 0: step on any round with any signal (the earlier behaviour).
+    min_signal_groups: int = Field(default=8, ge=0, le=1024)
+    # The KL anchor to the base model, beta * k3(pi || pi_base) per token (k3 = exp(r) - r - 1,
+    # r = log pi_base - log pi; with LoRA the base is the same weights with the adapter off). 0: none.
+    kl_beta: float = Field(default=0.05, ge=0, le=100)
     lora_r: int = Field(default=16, ge=1, le=1024)
     lora_alpha: float = Field(default=32.0, gt=0)
     lora_dropout: float = Field(default=0.0, ge=0, lt=1)
@@ -80,6 +93,12 @@ class TrainSection(_Section):
     # weighted by min(cap, p_ours(text) / p_sender(text)) from the sender's summed logprob
     # (sequence-level truncated importance sampling); 0 (default) trains on them as on-policy.
     external_importance_cap: float = Field(default=0.0, ge=0, le=100)
+    # A peer's reply with a negative advantage (pushed down) is weighted by at most this:
+    # min(cap, p_ours(text) / p_sender(text)), the sender's llama.cpp logprob compared with ours
+    # corrected by our own sampler/trainer gap (TOPR, arXiv 2503.14286: pushing down text our
+    # policy would not write is what destabilises shared-rollout GRPO). A peer on another model
+    # gives no comparable logprob: its wrong replies are not trained on. 0: off (full weight).
+    external_negative_cap: float = Field(default=1.0, ge=0, le=100)
     max_grad_norm: float = Field(default=1.0, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     microbatch_tokens: int | None = Field(default=None, ge=64)

@@ -33,7 +33,7 @@ def read_records(path: Path) -> list[dict]:
 
 def append_record(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    line = _line(record)
     with path.open("a", encoding="utf-8") as f:
         f.write(line)
         f.flush()
@@ -49,21 +49,36 @@ def reconcile(path: Path, last_round: int, last_record: dict | None) -> None:
             seen[rec["round"]] = rec
     if last_record is not None and last_round not in seen:
         seen[last_round] = last_record
-    ordered = [seen[k] for k in sorted(seen)]
-    text = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in ordered)
+    write_records(path, [seen[k] for k in sorted(seen)])
+
+
+def write_records(path: Path, records: list[dict]) -> None:
+    """The log holds exactly these records (atomically; nothing is written when it already does)."""
+    text = "".join(_line(r) for r in records)
     if path.exists() and path.read_text(encoding="utf-8", errors="replace") == text:
         return
     write_atomic(path, text, fsync=True)
 
 
+def _line(record: dict) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+
+
 def format_round(m: RoundRecord) -> str:
     """The one line per round that headless mode prints and the log file keeps."""
     s = m.seconds
-    train = f"train {s['train']:.1f}s " if "train" in s else "train skipped (no signal) "
+    if "train" in s:
+        train = f"train {s['train']:.1f}s "
+    elif m.min_signal_groups:
+        train = f"train waiting for signal {m.signal_groups}/{m.min_signal_groups} "
+    else:
+        train = "train skipped (no signal) "
     return (
         f"round {m.round:>4}  reward {m.reward_mean:.3f} (shaped {m.shaped_reward_mean:.3f})  "
         f"solved {m.solved}/{m.questions}  signal {m.signal_share:.0%}  tags {m.tag_rate:.0%}  |  "
         f"generate {s.get('generate', 0):.1f}s score {s.get('score', 0):.2f}s {train}"
         f"hand-off {s.get('hand-off', 0):.2f}s  |  {m.tokens_per_s:.0f} tok/s"
         + (f"  |  held-out {m.eval_accuracy:.0%} (round {m.eval_of_round})" if m.eval_accuracy is not None else "")
+        + (f", best {m.eval_best_accuracy:.0%} at round {m.eval_best_of_round}"
+           if m.eval_accuracy is not None and m.eval_best_accuracy is not None else "")
     )

@@ -72,9 +72,11 @@ class TrainSample:
     # pi_old per token when the caller has it (several updates per round, tests); otherwise the
     # trainer takes its current policy as pi_old, which is exact for one update per round.
     old_logprobs: list[float] | None = None
-    # For a peer's completion: the sender's summed sampling logprob of the whole text, used by the
-    # optional sequence-level importance weight (train.external_importance_cap).
+    # For a peer's completion: the sender's summed sampling logprob of the whole text, for the
+    # sequence-level importance weights (train.external_importance_cap, train.external_negative_cap).
     sequence_behaviour_logprob: float | None = None
+    # A peer's completion sampled by another model: its logprob is no ratio's denominator.
+    from_other_model: bool = False
 
 
 @dataclass
@@ -90,6 +92,11 @@ class TrainStats:
     # share of tokens whose ratio pi_train/pi_sampler falls outside [0.8, 1.2].
     sampler_logprob_gap: float = 0.0
     sampler_ratio_outside: float = 0.0
+    kl: float | None = None  # mean k3 estimate of KL(pi || pi_base) per token; None: no anchor
+    learning_rate: float = 0.0  # the step size this update took (warmup included)
+    reference_seconds: float = 0.0  # spent on the anchor's reference forward
+    # Mean weight of peers' replies with a negative advantage (None: none in the batch).
+    external_negative_weight: float | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -133,12 +140,30 @@ class Sampler(abc.ABC):
         the unfinished completions marked "abandoned"."""
 
 
+@dataclass(frozen=True)
+class TrainerSwitches:
+    """How a trainer computes its update, for speed and memory (the update is the same either way,
+    up to rounding); `swarmling bench` times each one it offers. None: this trainer has no such
+    switch."""
+
+    # Each group's prompt once for all its completions (backends/shared_prefix.py); off only to
+    # measure what that saves.
+    shared_prefix: bool = True
+    bf16_matmuls: bool | None = None  # the CPU trainer's matmuls in bf16 (train.cpu_bf16)
+    activation_checkpointing: bool | None = None  # recompute each layer in the backward pass
+
+
 class Trainer(abc.ABC):
     """Takes GRPO updates, and saves/restores what they changed."""
 
-    # Train each group's prompt once for all its completions (backends/shared_prefix.py); off
-    # only to measure what that saves (`swarmling bench`). The update is the same either way.
     shared_prefix: bool = True
+
+    def switches(self) -> TrainerSwitches:
+        """The switches this trainer offers, as set now."""
+        return TrainerSwitches(shared_prefix=self.shared_prefix)
+
+    def set_switches(self, switches: TrainerSwitches) -> None:
+        self.shared_prefix = switches.shared_prefix
 
     @abc.abstractmethod
     def train_step(

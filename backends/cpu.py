@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -28,6 +28,7 @@ from .base import (
     ReferenceDecoder,
     SamplingParams,
     StopCheck,
+    TrainerSwitches,
     TrainSample,
     TrainStats,
 )
@@ -78,14 +79,13 @@ class CpuBackend(TorchTrainedBackend):
         )
         settings.runtime_dir.mkdir(parents=True, exist_ok=True)
 
-    # The trainer's matmuls in bf16 (train.cpu_bf16); a property so `swarmling bench` can compare.
-    @property
-    def bf16_matmuls(self) -> bool:
-        return self.trainer.bf16_matmuls
+    def switches(self) -> TrainerSwitches:
+        return replace(super().switches(), bf16_matmuls=self.trainer.bf16_matmuls)
 
-    @bf16_matmuls.setter
-    def bf16_matmuls(self, on: bool) -> None:
-        self.trainer.bf16_matmuls = on
+    def set_switches(self, switches: TrainerSwitches) -> None:
+        super().set_switches(switches)
+        if switches.bf16_matmuls is not None:
+            self.trainer.bf16_matmuls = switches.bf16_matmuls
 
     def info(self) -> BackendInfo:
         return BackendInfo(

@@ -47,6 +47,7 @@ class SamplerGap:
     the tokens whose sampler logprob is known, accumulated across microbatches."""
 
     abs_sum: float = 0.0
+    signed_sum: float = 0.0
     outside: int = 0
     tokens: int = 0
 
@@ -56,12 +57,19 @@ class SamplerGap:
         delta = np.asarray(trainer_logp, dtype=np.float64)[known] - sampler_logp[known]
         ratio = np.exp(delta)
         self.abs_sum += float(np.abs(delta).sum())
+        self.signed_sum += float(delta.sum())
         self.outside += int(((ratio < RATIO_BAND[0]) | (ratio > RATIO_BAND[1])).sum())
         self.tokens += int(known.sum())
 
     @property
     def mean(self) -> float:
         return self.abs_sum / self.tokens if self.tokens else 0.0
+
+    @property
+    def signed_mean(self) -> float:
+        """Mean log pi_train - log pi_sampler per token: below 0 on average for the sampler's own
+        tokens (it is minus a KL), which biases a sender's llama.cpp logprob against ours."""
+        return self.signed_sum / self.tokens if self.tokens else 0.0
 
     @property
     def outside_share(self) -> float:

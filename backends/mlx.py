@@ -46,7 +46,13 @@ from .chat_template import render
 from .completion import check_sampling, generation_result
 from .incremental_text import IncrementalText
 from .microbatches import SamplerGap, sampler_logprobs
-from .mlx_grpo import grpo_token_objective, sequence_importance_weight, truncated_importance_weight
+from .mlx_grpo import (
+    grpo_token_objective,
+    k3_kl,
+    negative_reply_weight,
+    sequence_importance_weight,
+    truncated_importance_weight,
+)
 from .sequence_end import SequenceEnd
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import Row, completion_inputs, packed_rows
@@ -115,6 +121,7 @@ class MlxBackend(Backend):
         self.optimizer = optim.AdamW(learning_rate=settings.optim.learning_rate, betas=[0.9, 0.99],
                                      weight_decay=settings.optim.weight_decay)
         self.steps = 0
+        self.sampler_bias = 0.0  # as the torch trainer's: this node's trainer-minus-sampler logprob per token
 
     def info(self) -> BackendInfo:
         trainable = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
@@ -239,10 +246,12 @@ class MlxBackend(Backend):
         if total == 0:
             raise ValueError("train_step needs at least one completion token")
         grpo = self.settings.grpo
-        stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0}
+        stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "reference_s": 0.0}
         gap = SamplerGap()
+        negatives: list[float] = []  # what the loss function weighed in the microbatch it last ran on
+        weighed_negatives: list[float] = []
 
-        def loss_fn(model, rows: list[Row]):
+        def loss_fn(model, rows: list[Row], reference: mx.array | None):
             batch = [samples[i] for row in rows for i in row.samples]
             logp = self._logprobs(model, samples, rows)
             given = [s.old_logprobs for s in batch]
@@ -250,9 +259,13 @@ class MlxBackend(Backend):
                 [x for s, g in zip(batch, given) for x in (g if g is not None else [float("nan")] * len(s.completion_ids))])
             old = mx.where(mx.isnan(old), mx.stop_gradient(logp), old)
             adv = mx.array([s.advantage for s in batch for _ in s.completion_ids])
-            weight = _importance_weight(batch, old, grpo)
+            weight = _importance_weight(batch, old, grpo, self.sampler_bias, negatives)
             objective, ratio, clipped = grpo_token_objective(logp, old, adv, grpo, weight)
-            return -objective.sum() / total, (ratio, clipped, old)
+            kl = mx.zeros((1,))
+            if reference is not None:
+                kl = k3_kl(logp, reference) * (1.0 if weight is None else (weight > 0))
+                objective = objective - grpo.kl_beta * kl
+            return -objective.sum() / total, (ratio, clipped, old, mx.stop_gradient(kl).sum())
 
         grad_fn = nn.value_and_grad(self.model, loss_fn)
         grads_sum = None
@@ -261,7 +274,13 @@ class MlxBackend(Backend):
             if should_stop is not None and should_stop():
                 raise Abandoned("training step abandoned")
             batch = [samples[i] for row in rows for i in row.samples]
-            (loss, (ratio, clipped, old)), grads = grad_fn(self.model, rows)
+            reference = None
+            if grpo.kl_beta > 0:
+                started = time.perf_counter()
+                reference = self._reference_logprobs(samples, rows)
+                stats["reference_s"] += time.perf_counter() - started
+            negatives.clear()  # the loss function runs once per microbatch: keep what it weighed last
+            (loss, (ratio, clipped, old, kl)), grads = grad_fn(self.model, rows, reference)
             computed += sum(len(row.prompt) + len(row.samples) * max(completion_inputs(samples[i]) for i in row.samples)
                             for row in rows)
             grads_sum = grads if grads_sum is None else tree_map(lambda a, b: a + b, grads_sum, grads)
@@ -269,6 +288,8 @@ class MlxBackend(Backend):
             stats["loss"] += float(loss)
             stats["clipped"] += float(clipped.sum())
             stats["ratio"] += float(ratio.sum())
+            stats["kl"] += float(kl)
+            weighed_negatives.extend(negatives)
             sampler = sampler_logprobs(batch)
             if sampler is not None:
                 gap.add(np.array(old), sampler)
@@ -277,16 +298,39 @@ class MlxBackend(Backend):
                 on_progress(done, total, done)
         grads_sum, grad_norm = optim.clip_grad_norm(grads_sum, self.settings.optim.max_grad_norm)
         grad_norm = float(grad_norm)
+        warmup = self.settings.optim.warmup_steps
+        lr = self.settings.optim.learning_rate * (min(1.0, (self.steps + 1) / warmup) if warmup else 1.0)
         if np.isfinite(grad_norm):
+            self.optimizer.learning_rate = lr
             self.optimizer.update(self.model, grads_sum)
             mx.eval(self.model.parameters(), self.optimizer.state)
             self.steps += 1
+        if gap.tokens:
+            self.sampler_bias = gap.signed_mean if self.steps <= 1 else 0.8 * self.sampler_bias + 0.2 * gap.signed_mean
         return TrainStats(
             loss=stats["loss"], tokens=total, samples=len(samples), seconds=time.perf_counter() - start,
             grad_norm=grad_norm, clip_fraction=stats["clipped"] / total, ratio_mean=stats["ratio"] / total,
             sampler_logprob_gap=gap.mean, sampler_ratio_outside=gap.outside_share,
+            kl=stats["kl"] / total if grpo.kl_beta > 0 else None, learning_rate=lr, reference_seconds=stats["reference_s"],
+            external_negative_weight=sum(weighed_negatives) / len(weighed_negatives) if weighed_negatives else None,
             extra={"computed_tokens": computed},
         )
+
+    def _reference_logprobs(self, samples: Sequence[TrainSample], rows: Sequence[Row]) -> mx.array:
+        """log pi_base of the rows' tokens: every LoRA layer's scale at 0 for one forward pass."""
+        from mlx_lm.tuner.lora import LoRALinear
+
+        layers = [m for _, m in self.model.named_modules() if isinstance(m, LoRALinear)]
+        scales = [m.scale for m in layers]
+        for m in layers:
+            m.scale = 0.0
+        try:
+            reference = mx.stop_gradient(self._logprobs(self.model, samples, rows))
+            mx.eval(reference)
+            return reference
+        finally:
+            for m, scale in zip(layers, scales):
+                m.scale = scale
 
     def hand_off(self) -> float:
         return 0.0  # the sampler is the model being trained
@@ -355,10 +399,12 @@ class SharedPrefixCache:
         return create_causal_mask(n, offset=self.offset) if self.offset or return_array else "causal"
 
 
-def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSettings) -> mx.array | None:
+def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSettings, sampler_bias: float,
+                       negatives: list[float]) -> mx.array | None:
     """Per-token weight of the GRPO objective, as the torch trainer's: the truncated pi_old /
     pi_sampler on tokens this node sampled, times the sequence-level weight of peers'
-    completions when `external_importance_cap` is on; None when neither applies."""
+    completions when `external_importance_cap` is on, and at most external_negative_cap for a
+    peer's reply with a negative advantage (0 from another model); None when none applies."""
     weight = None
     sampler = sampler_logprobs(batch) if grpo.importance_cap > 0 else None
     if sampler is not None:
@@ -367,16 +413,22 @@ def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSe
                                              grpo.importance_cap)
         weight = mx.where(mx.array(known), capped, 1.0)
     senders = [s.sequence_behaviour_logprob for s in batch]
-    if grpo.external_importance_cap > 0 and any(x is not None for x in senders):
+    cap, negative_cap = grpo.external_importance_cap, grpo.external_negative_cap
+    if (cap > 0 or negative_cap > 0) and any(x is not None for x in senders):
         parts, offset = [], 0
         for s, sender in zip(batch, senders):
             n = len(s.completion_ids)
-            if sender is None:
-                parts.append(mx.ones((n,)))
-            else:
-                w = sequence_importance_weight(old[offset : offset + n].sum(), mx.array(sender, dtype=mx.float32),
-                                               grpo.external_importance_cap)
-                parts.append(mx.broadcast_to(w, (n,)))
+            w = mx.array(1.0)
+            if sender is not None:
+                total, sent = old[offset : offset + n].sum(), mx.array(sender, dtype=mx.float32)
+                if cap > 0:
+                    w = sequence_importance_weight(total, sent, cap)
+                if negative_cap > 0 and s.advantage < 0:
+                    negative = mx.array(0.0) if s.from_other_model else \
+                        negative_reply_weight(total, sent, n, sampler_bias, negative_cap)
+                    w = mx.minimum(w, negative)
+                    negatives.append(float(negative))
+            parts.append(mx.broadcast_to(w, (n,)))
             offset += n
         external = mx.concatenate(parts)
         weight = external if weight is None else weight * external

@@ -34,8 +34,21 @@ def sequence_importance_weight(old_logp_sum: mx.array, sender_logp_sum: mx.array
     return mx.minimum(mx.exp(mx.minimum(mx.stop_gradient(old_logp_sum) - sender_logp_sum, 50.0)), cap)
 
 
+def k3_kl(logp: mx.array, ref_logp: mx.array) -> mx.array:
+    q = mx.stop_gradient(ref_logp) - logp
+    return mx.exp(q) - q - 1
+
+
+def negative_reply_weight(old_logp_sum: mx.array, sender_logp_sum: mx.array, tokens: int, sampler_bias: float,
+                          cap: float) -> mx.array:
+    log_ratio = mx.stop_gradient(old_logp_sum) - tokens * sampler_bias - sender_logp_sum
+    return mx.minimum(mx.exp(mx.minimum(log_ratio, 50.0)), cap)
+
+
 def grpo_loss(logp: mx.array, old_logp: mx.array, advantages: mx.array, settings: GrpoSettings,
-              importance_weight: mx.array | None = None) -> mx.array:
-    """- sum of the token objectives / number of tokens (DAPO's token-level mean)."""
+              importance_weight: mx.array | None = None, ref_logp: mx.array | None = None) -> mx.array:
+    """- sum of (the token objectives - beta * k3) / number of tokens (DAPO's token-level mean)."""
     objective, _, _ = grpo_token_objective(logp, old_logp, advantages, settings, importance_weight)
+    if ref_logp is not None and settings.kl_beta > 0:
+        objective = objective - settings.kl_beta * k3_kl(logp, ref_logp)
     return -objective.sum() / logp.size

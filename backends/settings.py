@@ -29,6 +29,7 @@ class LoraSettings:
 @dataclass(frozen=True)
 class OptimSettings:
     learning_rate: float
+    warmup_steps: int  # the step size rises linearly from 0 to learning_rate over these updates
     weight_decay: float
     max_grad_norm: float
     # Padded tokens (prompt + completion) per forward/backward pass; bounds peak memory.
@@ -40,7 +41,7 @@ class OptimSettings:
     @classmethod
     def from_config(cls, train: TrainSection, microbatch_tokens: int, activation_checkpointing: bool) -> OptimSettings:
         """Both memory settings as resolved for this machine (the config may leave them to memory)."""
-        return cls(train.learning_rate, train.weight_decay, train.max_grad_norm, microbatch_tokens,
+        return cls(train.learning_rate, train.warmup_steps, train.weight_decay, train.max_grad_norm, microbatch_tokens,
                    activation_checkpointing)
 
 
@@ -52,10 +53,15 @@ class GrpoSettings:
     importance_cap: float
     # Cap of the sequence-level weight for peers' completions; 0 leaves them unweighted.
     external_importance_cap: float
+    # Cap of the weight of a peer's reply with a negative advantage (0: off); see torch_grpo.py.
+    external_negative_cap: float
+    # The KL anchor to the base model (k3 per token); 0: none.
+    kl_beta: float
 
     @classmethod
     def from_config(cls, train: TrainSection) -> GrpoSettings:
-        return cls(train.clip_low, train.clip_high, train.importance_cap, train.external_importance_cap)
+        return cls(train.clip_low, train.clip_high, train.importance_cap, train.external_importance_cap,
+                   train.external_negative_cap, train.kl_beta)
 
 
 @dataclass(frozen=True)

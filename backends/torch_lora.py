@@ -28,11 +28,17 @@ from .adapter_format import (
     write_full_config,
     write_lora_config,
 )
-from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainSample, TrainStats
+from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainerSwitches, TrainSample, TrainStats
 from .microbatches import SamplerGap, sampler_logprobs
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import RowBatch, attention_allowed, microbatches
-from .torch_grpo import grpo_token_objective, sequence_importance_weight, truncated_importance_weight
+from .torch_grpo import (
+    grpo_token_objective,
+    k3_kl,
+    negative_reply_weight,
+    sequence_importance_weight,
+    truncated_importance_weight,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -105,6 +111,15 @@ class TorchLoraTrainer:
         self._lm_head = causal_lm.get_output_embeddings()
         self._softcap: float | None = getattr(causal_lm.config, "final_logit_softcapping", None)
         self.steps = 0
+        # This node's mean trainer-minus-sampler logprob per token on its own replies (an EMA over
+        # steps): the correction that makes a peer's llama.cpp logprob comparable with ours.
+        self.sampler_bias = 0.0
+        # Full fine-tuning has no adapter to switch off: the anchor's reference is a frozen copy.
+        self._reference = None
+        if full and grpo.kl_beta > 0:
+            import copy
+
+            self._reference = copy.deepcopy(base).eval().requires_grad_(False)
         # Each prompt once per group (see shared_prefix.py); off only to measure what it saves.
         self.shared_prefix = True
         # The forward and backward matmuls in bf16 (torch.autocast); weights, LoRA and AdamW stay
@@ -204,6 +219,18 @@ class TorchLoraTrainer:
         return torch.cat(out)
 
     @torch.no_grad()
+    def _reference_logprobs(self, mb: _Microbatch) -> torch.Tensor:
+        """log pi_base of the same tokens: the adapter switched off (or the frozen copy), no gradient."""
+        if self._reference is not None:
+            backbone, self._backbone = self._backbone, self._reference.model
+            try:
+                return self._logprobs(mb)
+            finally:
+                self._backbone = backbone
+        with self.model.disable_adapter():
+            return self._logprobs(mb)
+
+    @torch.no_grad()
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """log pi(completion token | prefix) under the current policy, at the sampling temperature."""
         was_training = self.model.training
@@ -228,22 +255,34 @@ class TorchLoraTrainer:
         if total_tokens == 0:
             raise ValueError("train_step needs at least one completion token")
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = clipped = ratio_sum = ratio_dev = 0.0
+        loss_sum = clipped = ratio_sum = ratio_dev = kl_sum = reference_s = 0.0
+        negatives: list[float] = []
         gap = SamplerGap()
         tokens_done = 0
         computed = 0
+        beta = self.grpo.kl_beta
         for mb in self._batches(samples):
             indices = mb.samples
             computed += mb.computed_tokens
             if should_stop is not None and should_stop():
                 self.optimizer.zero_grad(set_to_none=True)
                 raise Abandoned("training step abandoned")
+            if beta > 0:
+                started = time.perf_counter()
+                reference = self._reference_logprobs(mb)
+                reference_s += time.perf_counter() - started
             logp = self._logprobs(mb)
             owner = mb.sample_index
             adv = torch.tensor([samples[i].advantage for i in indices], device=self.device)[owner]
             old = self._old_logprobs(samples, indices, owner, logp)
-            weight = self._importance_weight(samples, indices, owner, old, gap)
+            weight = self._importance_weight(samples, indices, owner, old, gap, negatives)
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
+            if beta > 0:
+                kl = k3_kl(logp, reference)
+                if weight is not None:  # a reply weighted 0 is not trained on at all
+                    kl = kl * (weight > 0)
+                objective = objective - beta * kl
+                kl_sum += float(kl.detach().sum())
             loss = -objective.sum() / total_tokens
             loss.backward()
             loss_sum += float(loss.detach())
@@ -254,14 +293,19 @@ class TorchLoraTrainer:
             if on_progress is not None:
                 on_progress(tokens_done, total_tokens, tokens_done)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm))
+        lr = self.step_size()
         if not math.isfinite(grad_norm):
             # A non-finite gradient would poison the adapter for good: skip the update instead.
             self.optimizer.zero_grad(set_to_none=True)
             log.warning("skipped an update with a non-finite gradient norm")
         else:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
             self.optimizer.step()
             self.steps += 1
         self.optimizer.zero_grad(set_to_none=True)
+        if gap.tokens:
+            self.sampler_bias = gap.signed_mean if self.steps <= 1 else 0.8 * self.sampler_bias + 0.2 * gap.signed_mean
         return TrainStats(
             loss=loss_sum,
             tokens=total_tokens,
@@ -272,8 +316,17 @@ class TorchLoraTrainer:
             ratio_mean=ratio_sum / total_tokens,
             sampler_logprob_gap=gap.mean,
             sampler_ratio_outside=gap.outside_share,
+            kl=kl_sum / total_tokens if beta > 0 else None,
+            learning_rate=lr,
+            reference_seconds=reference_s,
+            external_negative_weight=sum(negatives) / len(negatives) if negatives else None,
             extra={"ratio_max_deviation": ratio_dev, "computed_tokens": computed},
         )
+
+    def step_size(self) -> float:
+        """The learning rate of the next update: linear warmup over `warmup_steps`, then constant."""
+        warmup = self.optim.warmup_steps
+        return self.optim.learning_rate * min(1.0, (self.steps + 1) / warmup) if warmup else self.optim.learning_rate
 
     def _old_logprobs(self, samples, indices, owner, logp: torch.Tensor) -> torch.Tensor:
         """pi_old: given by the caller (multi-update rounds, tests) or, for the one update a round
@@ -287,25 +340,37 @@ class TorchLoraTrainer:
                 old[owner == local] = torch.tensor(g, dtype=old.dtype, device=old.device)
         return old
 
-    def _importance_weight(self, samples, indices, owner, old: torch.Tensor, gap: SamplerGap) -> torch.Tensor | None:
+    def _importance_weight(self, samples, indices, owner, old: torch.Tensor, gap: SamplerGap,
+                           negatives: list[float]) -> torch.Tensor | None:
         weight = self._sampler_weight([samples[i] for i in indices], old, gap)
-        external = self._external_weight(samples, indices, owner, old)
+        bias = gap.signed_mean if gap.tokens else self.sampler_bias  # this batch's own, when it has one
+        external = self._external_weight(samples, indices, owner, old, bias, negatives)
         if external is not None:
             weight = external if weight is None else weight * external
         return weight
 
-    def _external_weight(self, samples, indices, owner, old: torch.Tensor) -> torch.Tensor | None:
-        """Sequence-level truncated importance weight for peers' completions (off unless capped)."""
-        cap = self.grpo.external_importance_cap
-        sender = [samples[i].sequence_behaviour_logprob for i in indices]
-        if cap <= 0 or all(s is None for s in sender):
+    def _external_weight(self, samples, indices, owner, old: torch.Tensor, sampler_bias: float,
+                         negatives: list[float]) -> torch.Tensor | None:
+        """Sequence-level weights of peers' completions (torch_grpo.py): all of them truncated at
+        external_importance_cap when set, and those with a negative advantage at
+        external_negative_cap; None where no weight applies."""
+        cap, negative_cap = self.grpo.external_importance_cap, self.grpo.external_negative_cap
+        external = [local for local, i in enumerate(indices) if samples[i].sequence_behaviour_logprob is not None]
+        if not external or (cap <= 0 and negative_cap <= 0):
             return None
         weight = torch.ones_like(old)
-        for local, s in enumerate(sender):
-            if s is not None:
-                mask = owner == local
-                total = old[mask].sum()
-                weight[mask] = sequence_importance_weight(total, torch.tensor(s, dtype=old.dtype, device=old.device), cap)
+        for local in external:
+            sample = samples[indices[local]]
+            mask = owner == local
+            total = old[mask].sum()
+            sender = torch.tensor(sample.sequence_behaviour_logprob, dtype=old.dtype, device=old.device)
+            if cap > 0:
+                weight[mask] = sequence_importance_weight(total, sender, cap)
+            if negative_cap > 0 and sample.advantage < 0:
+                w = torch.zeros((), dtype=old.dtype, device=old.device) if sample.from_other_model else \
+                    negative_reply_weight(total, sender, int(mask.sum()), sampler_bias, negative_cap)
+                weight[mask] = torch.minimum(weight[mask], w)
+                negatives.append(float(w))
         return weight
 
     def _sampler_weight(self, batch: Sequence[TrainSample], old: torch.Tensor, gap: SamplerGap) -> torch.Tensor | None:
@@ -388,21 +453,14 @@ class TorchTrainedBackend(Backend):
     ) -> TrainStats:
         return self.trainer.train_step(samples, should_stop, on_progress)
 
-    @property
-    def shared_prefix(self) -> bool:
-        return self.trainer.shared_prefix
+    def switches(self) -> TrainerSwitches:
+        return TrainerSwitches(shared_prefix=self.trainer.shared_prefix,
+                               activation_checkpointing=self.trainer.activation_checkpointing)
 
-    @shared_prefix.setter
-    def shared_prefix(self, on: bool) -> None:
-        self.trainer.shared_prefix = on
-
-    @property
-    def activation_checkpointing(self) -> bool:
-        return self.trainer.activation_checkpointing
-
-    @activation_checkpointing.setter
-    def activation_checkpointing(self, on: bool) -> None:
-        self.trainer.activation_checkpointing = on
+    def set_switches(self, switches: TrainerSwitches) -> None:
+        self.trainer.shared_prefix = switches.shared_prefix
+        if switches.activation_checkpointing is not None:
+            self.trainer.activation_checkpointing = switches.activation_checkpointing
 
     def save_adapter(self, directory: Path) -> None:
         self.trainer.save_adapter(directory)

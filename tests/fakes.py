@@ -15,6 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from swarmling.app.config import load_config
+from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
+from swarmling.app.learning.round import RoundSettings
+from swarmling.app.learning.tasks import TaskSpec, load_preset, regenerate
+from swarmling.app.node.loop import Node
+from swarmling.app.paths import resolve_paths
 from swarmling.backends.base import (
     Abandoned,
     Backend,
@@ -112,3 +118,41 @@ class FakeBackend(Backend):
 
     def close(self) -> None:
         self.closed = True
+
+
+# ---- what tests of the round, the node and the swarm's pool build on ---------------------------
+
+# Pure-logic tests of the round and the node train on every round with a signal (the minimum
+# batch off), as every round did before it: their fake replies are rarely right.
+SETTINGS = RoundSettings(questions=4, completions=4, max_new_tokens=12, temperature=1.0, local_groups=2,
+                         external_groups=2, prefill_answer=True, format_bonus=0.5, min_signal_groups=0)
+
+NODE_CLI = [("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2),
+            ("run.seed", 3), ("swarm.enabled", False), ("resources.nice", 0), ("resources.check_every_s", 3600),
+            ("resources.pause_on_battery", True), ("resources.resume_after_plugged_s", 0),
+            ("train.min_signal_groups", 0), ("eval.every_rounds", 0)]
+
+
+def make_node(home, events=None, step_seconds=0.0, **extra):
+    """A real Node (config, checkpoints, loop) on FakeBackends; returns it and the backends it built."""
+    built = []
+
+    def build(spec):
+        built.append(FakeBackend(step_seconds))
+        return built[-1]
+
+    config = load_config(None, environ={}, cli=[*NODE_CLI, *extra.items()])
+    node = Node(config, resolve_paths(home), (events.append if events is not None else None), build=build)
+    return node, built
+
+
+def records(home) -> list[dict]:
+    """The node's metrics log."""
+    return [json.loads(line) for line in (home / "state" / "metrics.jsonl").read_text().splitlines()]
+
+
+def group(rewards, source="local"):
+    """A starter-preset group whose replies earned `rewards` (strict and shaped alike)."""
+    t = regenerate(TaskSpec("starter", "chain_sum", load_preset("starter").levels["chain_sum"][0], 1, 1))
+    comps = [ScoredCompletion("x", [1], None, "eos", r, True, r) for r in rewards]
+    return QuestionGroup(t, 0, ChatPrompt("s", "u"), [1, 2], comps, source)

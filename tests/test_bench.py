@@ -10,7 +10,7 @@ from fakes import FakeBackend
 
 from swarmling.app.commands import bench
 from swarmling.app.commands.bench import _compare_training, reset_peak_rss
-from swarmling.backends.base import TrainSample
+from swarmling.backends.base import TrainerSwitches, TrainSample
 
 
 class Clock:
@@ -41,6 +41,13 @@ class SwitchesFake(FakeBackend):
         self.activation_checkpointing = checkpointing
         self.passes: list[tuple[bool, bool, bool]] = []
         self.loads = 0
+
+    def switches(self) -> TrainerSwitches:
+        return TrainerSwitches(self.shared_prefix, self.bf16_matmuls, self.activation_checkpointing)
+
+    def set_switches(self, switches: TrainerSwitches) -> None:
+        self.shared_prefix = switches.shared_prefix
+        self.bf16_matmuls, self.activation_checkpointing = switches.bf16_matmuls, switches.activation_checkpointing
 
     def train_step(self, samples, should_stop=None, on_progress=None):
         self.passes.append((self.shared_prefix, self.bf16_matmuls, self.activation_checkpointing))

@@ -4,15 +4,14 @@ shipped model (pause, resume, finish, status over the Unix socket)."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from waiting import wait_until
 from swarmling.app.node.control import ControlError, handle, send, socket_path
 
 
@@ -60,14 +59,8 @@ def status(home: Path) -> dict:
     return json.loads(out.stdout)
 
 
-def wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait(predicate, timeout: float, what: str) -> None:
+    assert wait_until(predicate, timeout, interval_s=0.5), f"timed out waiting for {what}"
 
 
 @pytest.mark.slow
@@ -84,8 +77,7 @@ def test_controls_against_a_running_node(tmp_path):
         assert out.returncode == 0 and "paus" in out.stdout
         wait(lambda: status(tmp_path)["state"] == "paused", 120, "paused")
         held = status(tmp_path)["round"]
-        time.sleep(3)
-        assert status(tmp_path)["round"] == held
+        assert not wait_until(lambda: status(tmp_path)["round"] != held, 3, interval_s=0.5)  # paused: no round runs
 
         assert cli(tmp_path, "resume").returncode == 0
         wait(lambda: status(tmp_path)["round"] > held, 300, "a round after resuming")

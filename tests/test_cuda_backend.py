@@ -3,6 +3,8 @@ peft. GPU-only checks are skipped with a reason when no CUDA device is present."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -82,7 +84,7 @@ def test_with_activation_checkpointing_the_sampler_still_is_the_policy_it_trains
     """Checkpointing is switched on the model that also samples here: sampling (eval mode, no
     grad, compiled step on a GPU) must not notice, and a step under it still moves the policy."""
     params = SamplingParams(max_new_tokens=12, temperature=1.0, stop=(CLOSE,), seed=4)
-    torch_backend.activation_checkpointing = True
+    torch_backend.set_switches(replace(torch_backend.switches(), activation_checkpointing=True))
     try:
         result = torch_backend.generate(prompts(), 2, params)
         samples = samples_from(result)
@@ -91,7 +93,7 @@ def test_with_activation_checkpointing_the_sampler_still_is_the_policy_it_trains
         stats = torch_backend.train_step(samples)
         assert stats.grad_norm > 0 and "activation checkpointing" in torch_backend.info().trainer
     finally:
-        torch_backend.activation_checkpointing = False
+        torch_backend.set_switches(replace(torch_backend.switches(), activation_checkpointing=False))
 
 
 def test_round_memory_estimate_and_refusal(torch_backend, monkeypatch):

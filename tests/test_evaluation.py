@@ -8,14 +8,12 @@ import sys
 
 import numpy as np
 import pytest
-from fakes import FakeBackend
-from test_node_loop import make_node, records
+from fakes import SETTINGS, FakeBackend, make_node, records
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.evaluation import EVAL_ITEMS, eval_tasks, evaluate
 from swarmling.app.learning.round import run_round
 from swarmling.app.learning.tasks import EVAL_SEED, load_preset, preset_names
-from test_round import SETTINGS
 
 
 @pytest.mark.parametrize("name", preset_names())

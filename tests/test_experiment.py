@@ -18,7 +18,7 @@ def test_mixes_scale_to_the_rounds_questions():
 
 def test_an_experiment_compares_mixes_and_resumes(tmp_path):
     options = ExperimentOptions(out=tmp_path / "exp", nodes=2, rounds=3, seeds=1, mixes=(Mix(8, 0), Mix(4, 4)),
-                                tiny=True, overrides=(("eval.every_rounds", 1),))
+                                tiny=True, overrides=(("eval.every_rounds", 1), ("train.min_signal_groups", 0)))
     summary = run_experiment(options, resolve_paths(tmp_path / "home"), build=lambda spec: FakeBackend(),
                              show_progress=False)
     alone, shared = summary["mixes"]["8/0"], summary["mixes"]["4/4"]

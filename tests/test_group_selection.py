@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import numpy as np
+from fakes import group
 
-from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
 from swarmling.app.learning.group_selection import select_groups
-from swarmling.app.learning.tasks import TaskSpec, load_preset, regenerate
-from swarmling.backends.base import ChatPrompt
-
-
-def _group(rewards, source="local"):
-    t = regenerate(TaskSpec("starter", "chain_sum", load_preset("starter").levels["chain_sum"][0], 1, 1))
-    comps = [ScoredCompletion("x", [1], None, "eos", r, True, r) for r in rewards]
-    return QuestionGroup(t, 0, ChatPrompt("s", "u"), [1, 2], comps, source)
+from swarmling.app.learning.rollout import ScoredCompletion
 
 
 def test_selection_drops_zero_advantage_groups_and_caps():
     rng = np.random.default_rng(0)
-    local = [_group([0, 0, 0]), _group([0, 1, 0]), _group([1, 1, 1]), _group([0.2, 0.0, 0.0])]
+    local = [group([0, 0, 0]), group([0, 1, 0]), group([1, 1, 1]), group([0.2, 0.0, 0.0])]
     sel = select_groups(local, [], local_groups=4, external_groups=0, rng=rng)
     assert len(sel.local) == 2 and all(g.has_signal for g in sel.local)
     sel = select_groups(local, [], local_groups=1, external_groups=0, rng=rng)
     assert len(sel.local) == 1
-    external = [_group([0, 1], "peerA") for _ in range(5)] + [_group([1, 0], "peerB"), _group([1, 1], "peerC")]
+    external = [group([0, 1], "peerA") for _ in range(5)] + [group([1, 0], "peerB"), group([1, 1], "peerC")]
     sel = select_groups(local, external, 4, 4, rng, max_per_peer=2)
     sources = [g.source for g in sel.external]
     assert sources.count("peerA") <= 2 and "peerC" not in sources and len(sel.external) == 3
@@ -31,12 +24,12 @@ def test_selection_drops_zero_advantage_groups_and_caps():
 
 def test_missing_external_groups_are_filled_with_local_ones():
     rng = np.random.default_rng(1)
-    local = [_group([0, 1]) for _ in range(8)]
+    local = [group([0, 1]) for _ in range(8)]
     alone = select_groups(local, [], local_groups=4, external_groups=4, rng=rng)
     assert (len(alone.local), len(alone.external)) == (8, 0)  # a lone node trains on I + J local groups
-    one_peer = select_groups(local, [_group([1, 0], "peerA") for _ in range(3)], 4, 4, rng, max_per_peer=2)
+    one_peer = select_groups(local, [group([1, 0], "peerA") for _ in range(3)], 4, 4, rng, max_per_peer=2)
     assert (len(one_peer.local), len(one_peer.external)) == (6, 2)
-    full = select_groups(local, [_group([1, 0], p) for p in "ABCDEF"], 4, 4, rng, max_per_peer=2)
+    full = select_groups(local, [group([1, 0], p) for p in "ABCDEF"], 4, 4, rng, max_per_peer=2)
     assert (len(full.local), len(full.external)) == (4, 4)
 
 
@@ -45,7 +38,7 @@ def test_a_format_only_group_stops_being_trained_on_once_the_bonus_has_faded():
     rng = np.random.default_rng(2)
 
     def shaped(strict, tagged, bonus):
-        g = _group(strict)
+        g = group(strict)
         g.completions = [ScoredCompletion("x", [1], None, "eos", s, t, s + bonus * t) for s, t in zip(strict, tagged)]
         return g
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 import pytest
-from fakes import FakeBackend
+from fakes import SETTINGS, FakeBackend
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.prompt import PromptFormat
@@ -15,7 +15,6 @@ from swarmling.app.learning.round import run_round
 from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group, reply_shape_problem
 from swarmling.app.swarm.wire import WireCompletion, bundle_from_groups
 from swarmling.app.learning.tasks import load_preset
-from test_round import SETTINGS
 
 PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from waiting import wait_until
+
 from swarmling.app.node.lifecycle import Intent, Lifecycle
 
 
@@ -54,7 +56,7 @@ def test_a_change_wakes_a_waiting_loop():
 
     waiter = threading.Thread(target=loop)
     waiter.start()
-    time.sleep(0.1)
+    assert wait_until(lambda: lc._changed._waiters, 5, interval_s=0.01)  # blocked in lc.wait(30)
     lc.resume()
     waiter.join(5)
     assert woke and woke[0] < 5

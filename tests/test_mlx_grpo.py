@@ -39,7 +39,8 @@ def test_same_loss_and_gradient_as_torch(with_weight):
     logp = old + rng.normal(0, 0.3, n)  # ratios spread across both clip edges
     adv = rng.choice([-1.5, -0.5, 0.5, 1.5], n)
     weight = rng.uniform(0.2, 2.0, n) if with_weight else None
-    settings = GrpoSettings(clip_low=0.2, clip_high=0.28, importance_cap=2.0, external_importance_cap=0.0)
+    settings = GrpoSettings(clip_low=0.2, clip_high=0.28, importance_cap=2.0, external_importance_cap=0.0,
+                            external_negative_cap=0.0, kl_beta=0.0)
     t_loss, t_grad, t_clip = torch_loss_and_grad(logp, old, adv, settings, weight)
     m_loss, m_grad, m_clip = mlx_loss_and_grad(logp, old, adv, settings, weight)
     assert 0 < t_clip.sum() < n  # the test exercises clipped and unclipped tokens

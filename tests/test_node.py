@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # real nodes on the real model
 
@@ -39,15 +38,6 @@ def records(home: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def test_headless_rounds_write_metrics_and_checkpoints(tmp_path):
     proc = swarmling(tmp_path, "run", "--headless", "--rounds", "2", *TINY)
     assert proc.returncode == 0, proc.stderr
@@ -65,8 +55,10 @@ def test_headless_rounds_write_metrics_and_checkpoints(tmp_path):
 def test_kill_9_then_resume(tmp_path):
     proc = start(tmp_path, "run", "--headless", "--rounds", "50", *TINY)
     try:
-        assert wait_for(lambda: len(records(tmp_path)) >= 2, 300), "no rounds finished"
-        time.sleep(0.7)  # somewhere inside a later round, maybe mid-checkpoint
+        assert wait_until(lambda: len(records(tmp_path)) >= 2, 300), "no rounds finished"
+        # The worst moment: while a checkpoint is being written (its temporary folder exists);
+        # if no poll catches one within a minute, whatever moment it is then.
+        wait_until(lambda: any((tmp_path / "state" / "checkpoints").glob(".round-*")), 60, interval_s=0.002)
         proc.kill()
         proc.wait(30)
     finally:
@@ -99,7 +91,7 @@ def test_corrupt_checkpoint_falls_back_to_previous(tmp_path):
 def test_signal_stops_cleanly_with_exit_0(tmp_path, sig):
     proc = start(tmp_path, "run", "--headless", *TINY)
     try:
-        assert wait_for(lambda: len(records(tmp_path)) >= 1, 300)
+        assert wait_until(lambda: len(records(tmp_path)) >= 1, 300)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -130,7 +122,7 @@ def test_doctor(tmp_path):
 def test_second_node_on_the_same_home_is_refused(tmp_path):
     proc = start(tmp_path, "run", "--headless", *TINY)
     try:
-        assert wait_for(lambda: (tmp_path / "state" / "node.lock").exists() and
+        assert wait_until(lambda: (tmp_path / "state" / "node.lock").exists() and
                         (tmp_path / "state" / "node.lock").read_text().strip() == str(proc.pid), 120)
         second = swarmling(tmp_path, "run", "--headless", "--rounds", "1", *TINY)
         assert second.returncode == 1

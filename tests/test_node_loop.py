@@ -4,47 +4,22 @@ stop from another thread, guest suspensions, and peers' bundles refused at intak
 
 from __future__ import annotations
 
-import json
 import threading
 from datetime import datetime
 
 import numpy as np
 import pytest
-from fakes import FakeBackend
+from fakes import NODE_CLI, SETTINGS, FakeBackend, make_node, records
 from waiting import wait_until
 
 from swarmling.app.config import ConfigError, load_config
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.node.guest import Readings
-from swarmling.app.node.loop import Node
-from swarmling.app.paths import resolve_paths
 from swarmling.app.learning.round import run_round
 from swarmling.app.swarm.wire import bundle_from_groups, encode_bundle
 from swarmling.app.learning.tasks import load_preset
-from test_round import SETTINGS
 
 PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"
-CLI = [("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2),
-       ("run.seed", 3), ("swarm.enabled", False), ("resources.nice", 0), ("resources.check_every_s", 3600),
-       ("resources.pause_on_battery", True), ("resources.resume_after_plugged_s", 0)]
-
-
-def make_node(home, events=None, step_seconds=0.0, **extra):
-    built = []
-
-    def build(spec):
-        built.append(FakeBackend(step_seconds))
-        return built[-1]
-
-    config = load_config(None, environ={}, cli=[*CLI, *extra.items()])
-    node = Node(config, resolve_paths(home), (events.append if events is not None else None), build=build)
-    return node, built
-
-
-def records(home) -> list[dict]:
-    return [json.loads(line) for line in (home / "state" / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_rounds_are_checkpointed_and_a_restart_resumes_after_the_last(tmp_path):
     node, built = make_node(tmp_path)
     try:
@@ -167,7 +142,7 @@ def test_the_node_refuses_a_config_whose_round_its_memory_ceiling_cannot_hold(tm
     node, _ = make_node(tmp_path)
     try:
         node.start()
-        on_cpu = [*CLI, ("backend.kind", "cpu")]  # whatever this machine has: the CPU backend's rule
+        on_cpu = [*NODE_CLI, ("backend.kind", "cpu")]  # whatever this machine has: the CPU backend's rule
         node.check_config(load_config(None, environ={}, cli=[*on_cpu, ("resources.max_memory_gb", 3.0)]))
         with pytest.raises(ConfigError, match="round.questions"):
             node.check_config(load_config(None, environ={}, cli=[
@@ -183,7 +158,7 @@ def test_a_new_temperature_waits_for_a_restart(tmp_path):
     try:
         node.start()
         before = node.round_settings().temperature
-        changed = load_config(None, environ={}, cli=[*CLI, ("round.temperature", 0.5)])
+        changed = load_config(None, environ={}, cli=[*NODE_CLI, ("round.temperature", 0.5)])
         assert node.apply_config(changed) == ["round.temperature"]
         assert node.round_settings().temperature == before == 1.0  # the trainer's, not the new one
     finally:

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fakes import FakeBackend
+from fakes import SETTINGS, FakeBackend
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.events import PHASES
 from swarmling.app.learning.round import RoundSettings, run_round
 from swarmling.app.learning.tasks import load_preset
 from swarmling.backends.base import Abandoned
-
-SETTINGS = RoundSettings(questions=4, completions=4, max_new_tokens=12, temperature=1.0, local_groups=2,
-                         external_groups=2, prefill_answer=True, format_bonus=0.5)
 
 
 def test_a_round_runs_its_phases_in_order_and_records_them():

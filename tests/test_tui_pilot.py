@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import pytest
 
+from waiting import wait_until_async
 from swarmling.app.config import load_config
 from swarmling.app.paths import resolve_paths
 from swarmling.app.tui.app import create_app
@@ -33,12 +33,7 @@ def tiny_app(home, *extra):
 
 
 async def until(pilot, predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    assert await wait_until_async(predicate, pilot.pause, timeout), f"timed out after {timeout:.0f}s waiting for {what}"
 
 
 def rounds_done(app) -> int:

@@ -35,7 +35,7 @@ from ..node.loop import Node
 from ..paths import Paths, resolve_paths
 from ..events import PHASES
 from ..learning.round import run_round, training_samples
-from ...backends.base import Backend, TrainSample
+from ...backends.base import Backend, TrainerSwitches, TrainSample
 
 
 def bench(config: Config, paths: Paths, rounds: int) -> int:
@@ -50,7 +50,8 @@ def bench(config: Config, paths: Paths, rounds: int) -> int:
 
 
 def _bench(node: Node, rounds: int) -> int:
-    settings = node.round_settings()
+    # Every timed round trains, whatever the minimum batch: a round's cost is what is measured.
+    settings = replace(node.round_settings(), min_signal_groups=0)
     info = node.backend.info()
     print(f"swarmling bench: {info.model} on {info.device}; {info.generator}; {info.trainer}")
     print(
@@ -120,25 +121,17 @@ def unique_tokens(samples: Sequence[TrainSample]) -> int:
     return sum(len(p) for p in {tuple(s.prompt_ids) for s in samples}) + sum(len(s.completion_ids) for s in samples)
 
 
-# The trainer's switches a backend may offer; each one the backend has gets a pass of its own.
-TRAINER_SWITCHES = ("bf16_matmuls", "activation_checkpointing")
-
-
-def training_passes(backend: Backend, checkpointing_required: bool = False) -> dict[str, dict[str, bool]]:
-    """The settings of each timed pass: the node's own, without shared prefixes, and each offered
-    switch flipped. Not checkpointing off where the memory limit required it: that pass could
-    take more memory than the machine's owner allowed."""
-    node = {"shared_prefix": True} | {k: getattr(backend, k) for k in TRAINER_SWITCHES if hasattr(backend, k)}
-    passes = {"node": node, "unshared": node | {"shared_prefix": False}}
-    for switch in TRAINER_SWITCHES:
-        if switch in node and not (switch == "activation_checkpointing" and checkpointing_required):
-            passes[switch] = node | {switch: not node[switch]}
+def training_passes(backend: Backend, checkpointing_required: bool = False) -> dict[str, TrainerSwitches]:
+    """The switches of each timed pass: the node's own, without shared prefixes, and each switch
+    the trainer offers flipped. Not checkpointing off where the memory limit required it: that
+    pass could take more memory than the machine's owner allowed."""
+    node = backend.switches()
+    passes = {"node": node, "unshared": replace(node, shared_prefix=False)}
+    if node.bf16_matmuls is not None:
+        passes["bf16_matmuls"] = replace(node, bf16_matmuls=not node.bf16_matmuls)
+    if node.activation_checkpointing is not None and not checkpointing_required:
+        passes["activation_checkpointing"] = replace(node, activation_checkpointing=not node.activation_checkpointing)
     return passes
-
-
-def _set_switches(backend: Backend, switches: dict[str, bool]) -> None:
-    for switch, on in switches.items():
-        setattr(backend, switch, on)
 
 
 def _compare_training(backend: Backend, samples: list[TrainSample], checkpointing_required: bool = False) -> None:
@@ -151,13 +144,13 @@ def _compare_training(backend: Backend, samples: list[TrainSample], checkpointin
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
         backend.save_state(Path(tmp))
         for name, switches in passes.items():
-            _set_switches(backend, switches)
+            backend.set_switches(switches)
             peak.reset()
             start = time.perf_counter()
             stats = backend.train_step(samples)
             runs[name] = (time.perf_counter() - start, stats, peak.read())
             backend.load_state(Path(tmp))  # every pass from the same policy and optimizer state
-        _set_switches(backend, passes["node"])  # as the node runs
+        backend.set_switches(passes["node"])  # as the node runs
     unique = unique_tokens(samples)
     print(f"\ntraining, same {len(samples)} samples ({runs['node'][1].tokens} completion tokens, {unique} unique tokens)")
     for name, label in (("node", "shared prefixes"), ("unshared", "each completion alone")):
@@ -168,17 +161,17 @@ def _compare_training(backend: Backend, samples: list[TrainSample], checkpointin
     print(f"  shared is {runs['unshared'][0] / runs['node'][0]:.2f}x faster (target >= 3)")
     node = passes["node"]
     if "bf16_matmuls" in runs:
-        fp32, bf16 = (runs["node"], runs["bf16_matmuls"])[:: -1 if node["bf16_matmuls"] else 1]
+        fp32, bf16 = (runs["node"], runs["bf16_matmuls"])[:: -1 if node.bf16_matmuls else 1]
         print(f"  matmuls in bf16 {bf16[0]:7.2f} s vs fp32 {fp32[0]:.2f} s: {fp32[0] / bf16[0]:.2f}x "
-              f"(train.cpu_bf16 = {str(node['bf16_matmuls']).lower()}); sampler/trainer logprob gap "
+              f"(train.cpu_bf16 = {str(node.bf16_matmuls).lower()}); sampler/trainer logprob gap "
               f"{bf16[1].sampler_logprob_gap:.4f} vs {fp32[1].sampler_logprob_gap:.4f} nats, tokens outside "
               f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")
     if "activation_checkpointing" in runs:
-        off, on = (runs["node"], runs["activation_checkpointing"])[:: -1 if node["activation_checkpointing"] else 1]
+        off, on = (runs["node"], runs["activation_checkpointing"])[:: -1 if node.activation_checkpointing else 1]
         print(f"  activation checkpointing {on[0]:7.2f} s vs {off[0]:.2f} s without: {on[0] / off[0]:.2f}x the time"
               f"{f', {peak.name} {on[2] / 1e9:.2f} GB vs {off[2] / 1e9:.2f} GB' if on[2] and off[2] else ''} "
-              f"(train.activation_checkpointing = {str(node['activation_checkpointing']).lower()})")
-    elif node.get("activation_checkpointing"):
+              f"(train.activation_checkpointing = {str(node.activation_checkpointing).lower()})")
+    elif node.activation_checkpointing:
         print("  (not timed without activation checkpointing: the memory limit required it)")
 
 

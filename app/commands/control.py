@@ -28,6 +28,9 @@ def control_command(paths, cmd: str, as_json: bool) -> int:
     if last:
         print(f"last     round {last['round']}: reward {last['reward_mean']:.3f}, solved {last['solved']}/"
               f"{last['questions']}, {last['wall_seconds']:.0f} s")
+    if status.get("best"):
+        print(f"best     held-out {status['best']['accuracy']:.0%} at round {status['best']['round']} "
+              "(`swarmling eval --best`, `swarmling reset --best`)")
     if status.get("peers") is not None:
         print(f"peers    {status['peers']}")
     if status.get("swarm_share") is not None:

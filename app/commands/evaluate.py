@@ -10,18 +10,27 @@ from ...backends.adapter_format import ADAPTER_CONFIG
 from ..config import Config
 from ..errors import NodeError
 from ..hardware import detect
-from ..learning.evaluation import evaluate
+from ..learning.curriculum import Curriculum
+from ..learning.evaluation import evaluate, pass_at_k
 from ..learning.tasks import load_preset
 from ..models import resolve_model
 from ..node.backend_slot import BackendSlot, backend_spec, model_scale
-from ..node.checkpoint import latest_checkpoint
+from ..node.best import best_folder, read_best
+from ..node.checkpoint import STATE, latest_checkpoint
 from ..paths import Paths
 from ..sizing import plan
 
 
-def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bool, as_json: bool) -> int:
-    """Evaluate a checkpoint (default: this home's newest), or the base model, and print the scores."""
-    if checkpoint is None and not base:
+def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bool, as_json: bool,
+                 best: bool = False, pass_at: int | None = None) -> int:
+    """Evaluate a checkpoint (default: this home's newest; `best`: its best), or the base model,
+    and print the scores; `pass_at`: pass@K instead of the near-greedy accuracy."""
+    if best:
+        checkpoint = best_folder(paths.checkpoints)
+        if read_best(paths.checkpoints) is None:
+            raise NodeError(f"no best checkpoint in {paths.checkpoints} yet (the node keeps one from its first "
+                            "held-out evaluation on)")
+    elif checkpoint is None and not base:
         newest = latest_checkpoint(paths.checkpoints)
         checkpoint = newest.path if newest is not None else None
     if checkpoint is not None and not (checkpoint / ADAPTER_CONFIG).exists():
@@ -32,19 +41,45 @@ def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bo
     sizing = plan(config, hardware, preset, model_scale(model))
     slot = BackendSlot(backend_spec(config, paths, sizing.build, model, seed=0), paths.checkpoints)
     backend = slot.open()
+    prefill, max_new = config.reward.prefill_answer, sizing.shape.max_new_tokens
     try:
+        levels = None
         if checkpoint is not None:
             backend.load_adapter(checkpoint)
             backend.hand_off()
-        result = evaluate(backend, preset, config.reward.prefill_answer, sizing.shape.max_new_tokens)
+            levels = _trained_levels(checkpoint, preset)
+        if pass_at:
+            result = pass_at_k(backend, preset, prefill, max_new, pass_at, config.round.temperature)
+        else:
+            result = evaluate(backend, preset, prefill, max_new, levels=levels)
     finally:
         slot.close()
     weights = str(checkpoint) if checkpoint is not None else f"base model {model.name}"
     if as_json:
         print(json.dumps({"weights": weights, "preset": preset.name, **asdict(result)}, indent=1))
-        return 0
-    print(f"held-out accuracy of {weights} on preset {preset.name}: {result.accuracy:.1%} "
-          f"({result.items} items, {result.tag_rate:.0%} of replies closed the tag, {result.seconds:.1f} s)")
-    for dataset, accuracy in result.per_dataset.items():
-        print(f"  {dataset:<24} {accuracy:6.1%}")
+    elif pass_at:
+        print(f"pass@{result.k} of {weights} on preset {preset.name}: {result.pass_at_k:.1%} (pass@1 "
+              f"{result.pass_at_1:.1%}; {result.items} items x {result.k} replies at temperature "
+              f"{config.round.temperature:g}, {result.seconds:.1f} s)")
+        for dataset, share in result.per_dataset.items():
+            print(f"  {dataset:<24} {share:6.1%}")
+    else:
+        print(f"held-out accuracy of {weights} on preset {preset.name}: {result.accuracy:.1%} ± "
+              f"{result.standard_error:.1%} ({result.items} items, {result.tag_rate:.0%} of replies closed the tag, "
+              f"{result.seconds:.1f} s)")
+        at = result.at_level
+        for dataset, accuracy in result.per_dataset.items():
+            trained = f"   at its level {result.levels[dataset]}: {at.per_dataset[dataset]:6.1%}" if at else ""
+            print(f"  {dataset:<24} {accuracy:6.1%}{trained}")
+        if at is not None:
+            print(f"  at the levels it trains on: {at.accuracy:.1%} ({at.items} items)")
     return 0
+
+
+def _trained_levels(checkpoint: Path, preset) -> dict[str, int] | None:
+    """The curriculum's levels the checkpoint was trained at (None: not a node's checkpoint)."""
+    try:
+        state = json.loads((checkpoint / STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return Curriculum.from_dict(preset, state.get("curriculum")).levels() if state.get("curriculum") else None

@@ -1,34 +1,70 @@
-"""The node's own sense of difficulty: per-dataset level and success rate, and its tag rate.
+"""The node's own sense of difficulty: per dataset, a level and the outcomes of its recent groups;
+and its tag rate.
 
-- Tasks are picked with weight 0.25 + 4·p(1-p) (p = the dataset's recent success): datasets at
-  the edge of the model's ability, where groups have both right and wrong answers and so an
-  advantage to learn from, come up most; none is starved.
-- A dataset moves up a level when its recent success reaches 0.6 and down when it stays under
-  0.05, so difficulty follows the node's success rate.
-- The tag rate (share of replies with a closed <answer> tag) scales the fading format bonus.
+GRPO learns only from *mixed* groups (some replies right, some wrong): a group all right or all
+wrong has no advantage. So the curriculum aims each dataset at a level where most groups are mixed
+(roughly 40-80%), as a small state machine over the last `WINDOW` groups at the dataset's level:
+
+- **up** a level once `MIN_GROUPS` have been seen there and at least `UP_ALL_RIGHT` of the recent
+  groups were all right (too easy: no signal left);
+- **down** a level once at least `DOWN_ALL_WRONG` of them were all wrong (too hard: nothing to
+  learn from, and the old rule waited for 12 groups at a success under 5%, picked rarely, while
+  the dataset gave no signal for dozens of rounds);
+- otherwise it stays. A level's window starts empty at every move.
+
+Picks: a dataset is chosen with weight `WEIGHT_FLOOR` + its recent mixed share (`NEW_LEVEL_MIXED`
+until two groups are in), so the datasets that teach come up most and none starves (a dataset
+stuck at level 0 with nothing right is still asked about, at the floor's rate, to notice when it
+starts to succeed). `REPLAY_SHARE` of a dataset's questions come from the levels below its own
+(uniformly), so what was learnt there keeps being practised; their groups train as usual but do not
+move the current level.
+
+The tag rate (share of replies with a closed <answer> tag) scales the fading format bonus.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .tasks import Preset
 
-EMA = 0.25
-LEVEL_UP_AT = 0.6
-LEVEL_DOWN_BELOW = 0.05
-MIN_GROUPS_UP = 4
-MIN_GROUPS_DOWN = 12
-NEW_LEVEL_PRIOR = 0.5  # the success a level is assumed to have until its first group is scored
+EMA = 0.25  # the tag rate's, and the displayed success's
+WINDOW = 8
+MIN_GROUPS = 4
+UP_ALL_RIGHT = 0.5
+DOWN_ALL_WRONG = 0.75
+WEIGHT_FLOOR = 0.2
+NEW_LEVEL_MIXED = 0.5
+REPLAY_SHARE = 0.25
+RIGHT = 0.999  # a strict score that counts as right (partial credit below it does not)
+
+ALL_RIGHT, ALL_WRONG, MIXED = "right", "wrong", "mixed"
+
+
+def group_outcome(strict: Sequence[float]) -> str:
+    """A group's class by its replies' strict scores: all right, all wrong (no reply differs from
+    the others and none is right), or mixed (they differ: an advantage to learn from)."""
+    if min(strict) >= RIGHT:
+        return ALL_RIGHT
+    return MIXED if max(strict) > min(strict) else ALL_WRONG
 
 
 @dataclass
 class DatasetProgress:
     level: int = 0
-    success: float = 0.0  # EMA of the strict reward of this dataset's groups at this level
+    recent: list[str] = field(default_factory=list)  # outcomes of the latest groups at this level
+    success: float = 0.0  # EMA of the strict reward at this level (shown to the user)
     groups: int = 0  # groups seen at this level
+
+    def share(self, outcome: str) -> float:
+        return self.recent.count(outcome) / len(self.recent) if self.recent else 0.0
+
+    @property
+    def mixed_share(self) -> float:
+        return self.share(MIXED) if len(self.recent) >= 2 else NEW_LEVEL_MIXED
 
 
 @dataclass
@@ -49,32 +85,40 @@ class Curriculum:
                 self.progress[name].level = min(self.progress[name].level, top)
 
     def weights(self) -> np.ndarray:
-        p = np.array([self.progress[d].success for d in self.preset.datasets])
-        w = 0.25 + 4.0 * p * (1.0 - p)
+        w = np.array([WEIGHT_FLOOR + self.progress[d].mixed_share for d in self.preset.datasets])
         return w / w.sum()
 
     def pick(self, rng: np.random.Generator, n: int) -> list[tuple[str, int]]:
+        """`n` (dataset, level) picks: datasets by weight, a replay share from the levels below."""
         names = self.preset.datasets
         chosen = rng.choice(len(names), size=n, replace=n > len(names), p=self.weights())
-        return [(names[i], self.progress[names[i]].level) for i in chosen]
+        replay = rng.random(n) < REPLAY_SHARE
+        below = rng.random(n)
+        picks = []
+        for i, again, u in zip(chosen, replay, below):
+            level = self.progress[names[i]].level
+            picks.append((names[i], int(u * level) if again and level > 0 else level))
+        return picks
 
     def format_bonus(self, base: float) -> float:
         return base * (1.0 - self.tag_rate)
 
-    def record(self, dataset: str, level: int, strict_mean: float) -> None:
+    def record(self, dataset: str, level: int, strict: Sequence[float]) -> None:
+        """A scored group of `dataset` at `level` (its replies' strict scores)."""
         prog = self.progress[dataset]
-        if level != prog.level:  # a group sampled before a level change: no longer informative
+        if level != prog.level:  # a replay from below, or sampled before a level change
             return
-        prog.success = strict_mean if prog.groups == 0 else (1 - EMA) * prog.success + EMA * strict_mean
+        mean = float(np.mean(strict))
+        prog.success = mean if prog.groups == 0 else (1 - EMA) * prog.success + EMA * mean
         prog.groups += 1
+        prog.recent = [*prog.recent, group_outcome(strict)][-WINDOW:]
         top = len(self.preset.levels[dataset]) - 1
-        # A new level starts at NEW_LEVEL_PRIOR, not 0: at 0 it would be picked ~5x less than a
-        # dataset at the edge of the model's ability just when it becomes interesting. Its first
-        # group replaces the prior.
-        if prog.success >= LEVEL_UP_AT and prog.groups >= MIN_GROUPS_UP and prog.level < top:
-            self.progress[dataset] = DatasetProgress(level=prog.level + 1, success=NEW_LEVEL_PRIOR)
-        elif prog.success < LEVEL_DOWN_BELOW and prog.groups >= MIN_GROUPS_DOWN and prog.level > 0:
-            self.progress[dataset] = DatasetProgress(level=prog.level - 1, success=NEW_LEVEL_PRIOR)
+        if len(prog.recent) < MIN_GROUPS:
+            return
+        if prog.share(ALL_RIGHT) >= UP_ALL_RIGHT and prog.level < top:
+            self.progress[dataset] = DatasetProgress(level=prog.level + 1)
+        elif prog.share(ALL_WRONG) >= DOWN_ALL_WRONG and prog.level > 0:
+            self.progress[dataset] = DatasetProgress(level=prog.level - 1)
 
     def record_tag_rate(self, rate: float) -> None:
         self.tag_rate = (1 - EMA) * self.tag_rate + EMA * rate
@@ -87,7 +131,11 @@ class Curriculum:
 
     @classmethod
     def from_dict(cls, preset: Preset, data: dict | None) -> Curriculum:
+        """The saved state; a checkpoint of an earlier version (no `recent` outcomes) keeps its
+        levels and judges them afresh."""
         if not data or data.get("preset") != preset.name:
             return cls(preset)
-        progress = {k: DatasetProgress(**v) for k, v in data.get("progress", {}).items()}
+        fields = set(DatasetProgress.__dataclass_fields__)
+        progress = {k: DatasetProgress(**{f: v for f, v in p.items() if f in fields})
+                    for k, p in data.get("progress", {}).items()}
         return cls(preset, progress, float(data.get("tag_rate", 0.0)))

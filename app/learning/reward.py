@@ -30,6 +30,7 @@ class Score:
     strict: float  # in [0, 1]
     well_formed: bool
     reward: float
+    answer: str | None = None  # what the reply put in its (last) <answer>, as scored
 
 
 def extract(full_reply: str) -> str | None:
@@ -77,4 +78,4 @@ def score(task: Task, full_reply: str, format_bonus: float) -> Score:
     strict = strict_score(task, answer)
     # Any answer with credit counts as well formed, so partial credit also always beats the bonus.
     well_formed = strict > 0 or (answer is not None and answer.strip() != "")
-    return Score(strict, well_formed, strict + (format_bonus if well_formed else 0.0))
+    return Score(strict, well_formed, strict + (format_bonus if well_formed else 0.0), answer)

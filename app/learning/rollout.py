@@ -12,13 +12,16 @@ bonus, nothing else) is not worth a training slot at all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from statistics import fmean
 
 from ...backends.base import ChatPrompt
-from .tasks import Task
+from .tasks import Task, TaskSpec, regenerate
 
 MIN_SPREAD = 0.05  # the least reward spread a group needs to be trained on
+# Peers' groups are trained on in the round they arrived here or the next, no later (the pool
+# offers them that long, and a group waiting for a step is dropped past it).
+EXTERNAL_MAX_AGE_ROUNDS = 1
 
 
 @dataclass
@@ -42,6 +45,7 @@ class QuestionGroup:
     completions: list[ScoredCompletion]
     source: str = "local"  # "local" or the sending peer's id
     received_round: int | None = None  # a peer's group: the round of ours in which it was admitted
+    other_model: bool = False  # a peer's group sampled by another model than this node's
 
     @property
     def rewards(self) -> list[float]:
@@ -60,12 +64,38 @@ class QuestionGroup:
         return has_signal(self.rewards)
 
     @property
+    def strict_signal(self) -> bool:
+        """Right and wrong replies: a spread of the verifier's score, not of the format bonus alone."""
+        strict = [c.strict for c in self.completions]
+        return len(strict) > 1 and max(strict) - min(strict) >= MIN_SPREAD
+
+    def fresh_at(self, round_no: int) -> bool:
+        """Still trainable in `round_no`: ours always, a peer's up to EXTERNAL_MAX_AGE_ROUNDS after it arrived."""
+        return self.received_round is None or round_no - self.received_round <= EXTERNAL_MAX_AGE_ROUNDS
+
+    @property
     def format_only(self) -> bool:
         """Its signal comes from the format bonus alone: every reply is equally right or wrong."""
         return self.has_signal and len({c.strict for c in self.completions}) == 1
 
     def advantages(self) -> list[float]:
         return group_advantages(self.rewards)
+
+    # ---- kept in a checkpoint while it waits for a training step (plain JSON) ----
+    def to_state(self) -> dict:
+        s, p = self.task.spec, self.prompt
+        return {"spec": [s.preset, s.dataset, s.config, s.seed, s.index], "level": self.level,
+                "prompt": [p.system, p.user, p.prefill], "prompt_ids": list(self.prompt_ids),
+                "completions": [asdict(c) for c in self.completions], "source": self.source,
+                "received_round": self.received_round, "other_model": self.other_model}
+
+    @classmethod
+    def from_state(cls, state: dict) -> QuestionGroup:
+        """The group as saved (its task regenerated from the spec); raises TaskError, KeyError,
+        TypeError or ValueError on a state that is not one."""
+        return cls(regenerate(TaskSpec(*state["spec"])), int(state["level"]), ChatPrompt(*state["prompt"]),
+                   list(state["prompt_ids"]), [ScoredCompletion(**c) for c in state["completions"]],
+                   state["source"], state["received_round"], bool(state.get("other_model", False)))
 
 
 # What the round hands the swarm: its scored groups, to share (returns at once).

@@ -1,8 +1,9 @@
 """One SAPO round: sample tasks → generate G completions each → score → build the training set
-(I local + J external groups, zero-advantage groups dropped) → one GRPO update → hand-off.
+(I local + J external groups, zero-advantage groups dropped) → one GRPO update once enough groups
+with right and wrong replies have accumulated → hand-off.
 
-The round owns no state of its own: the curriculum and RNG are passed in and only committed
-after the update succeeded, so an abandoned round changes nothing.
+The round owns no state of its own: the curriculum, the RNG and the groups waiting for a step are
+passed in and only committed after the round succeeded, so an abandoned round changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import psutil
 
 from ...backends.base import Abandoned, Backend, SamplingParams, StopCheck, TrainSample
 from ..config import Config
-from .curriculum import Curriculum
+from .curriculum import ALL_RIGHT, ALL_WRONG, MIXED, Curriculum, group_outcome
 from ..sizing import RoundShape
 from .prompt import STOP, PromptFormat
 from .rollout import QuestionGroup, ScoredCompletion, ShareCallback
@@ -39,6 +40,8 @@ class RoundSettings:
     prefill_answer: bool
     format_bonus: float
     max_groups_per_peer: int | None = None
+    # Step once this many groups with a strict signal have accumulated (0: any round with a signal).
+    min_signal_groups: int = 0
     model: str = ""  # the model's name, for the record (the caller knows it; a backend may not)
 
     @property
@@ -58,6 +61,7 @@ class RoundSettings:
             prefill_answer=config.reward.prefill_answer,
             format_bonus=config.reward.format_bonus,
             max_groups_per_peer=config.round.max_groups_per_peer,
+            min_signal_groups=config.train.min_signal_groups,
         )
 
 
@@ -68,6 +72,7 @@ class RoundOutcome:
     curriculum: Curriculum  # the updated copy, to be committed with the checkpoint
     used_external: list[QuestionGroup] = field(default_factory=list)  # to leave the pool for good
     trained: list[QuestionGroup] = field(default_factory=list)  # every group the update used
+    waiting: list[QuestionGroup] = field(default_factory=list)  # selected, waiting for the next step
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class RoundClosing:
     external_rejected: int = 0
     swarm: SwarmRoundStats | None = None
     held_out: tuple[EvalResult, int] | None = None
+    best: tuple[float, int] | None = None  # the best held-out accuracy so far, and its round
 
 
 PhaseCallback = Callable[[str], None]
@@ -100,6 +106,7 @@ def run_round(
     share: ShareCallback | None = None,
     on_progress: PhaseProgress | None = None,
     close: RoundCloser | None = None,
+    waiting: Sequence[QuestionGroup] = (),
 ) -> RoundOutcome:
     started = time.time()
     stop = should_stop or (lambda: False)
@@ -140,13 +147,15 @@ def run_round(
     # 3. score against the locally regenerated tasks
     phase("score")
     bonus = curriculum.format_bonus(settings.format_bonus)
-    groups = []
+    groups, distinct_answers = [], []
     for task, (_, level), prompt, prompt_ids, completions in zip(tasks, picks, prompts, gen.prompt_ids, gen.completions):
-        scored = []
+        scored, answers = [], set()
         for c in completions:
             s = form.score(task, c.text, bonus)
             scored.append(ScoredCompletion(c.text, c.token_ids, c.logprobs, c.finish_reason, s.strict, s.well_formed, s.reward))
+            answers.add(s.answer)
         groups.append(QuestionGroup(task, level, prompt, prompt_ids, scored))
+        distinct_answers.append(len(answers))
     lap("score")
 
     # 4. share the round's groups with the swarm (returns at once; the network is another thread)
@@ -163,13 +172,19 @@ def run_round(
     selection = select_groups(
         groups, external, settings.local_groups, settings.external_groups, rng, settings.max_groups_per_peer
     )
-    samples = training_samples(selection.groups)
+    # The batch: the groups still waiting for a step (the policy has not moved since they were
+    # sampled; a peer's only while fresh) and this round's selection.
+    batch = [g for g in waiting if g.fresh_at(round_no)] + selection.groups
+    signal_groups = sum(g.strict_signal for g in batch)
+    samples = training_samples(batch)
+    ready = signal_groups >= settings.min_signal_groups and any(s.advantage != 0 for s in samples)
     lap("sample")
 
-    # 6. one GRPO update (skipped when no group has any signal) and 7. hand-off
+    # 6. one GRPO update, once enough groups with right and wrong replies have accumulated,
+    # and 7. hand-off
     train_stats = None
     handoff_s = 0.0
-    if samples and any(s.advantage != 0 for s in samples):
+    if ready:
         phase("train")
         train_stats = backend.train_step(samples, stop, _in_phase(on_progress, "train"))
         lap("train")
@@ -177,8 +192,9 @@ def run_round(
         handoff_s = backend.hand_off()
         lap("hand-off")
 
-    trained = list(selection.groups) if train_stats else []
-    used_external = list(selection.external) if train_stats else []
+    trained = batch if train_stats else []
+    still_waiting = [] if train_stats else _bounded_wait(batch, settings.min_signal_groups)
+    used_external = list(selection.external)  # taken by the batch: trained now, or waiting
 
     # 8. close: what the caller measures now that the update is applied (the swarm's figures, a
     # held-out score when one is due), for the record
@@ -187,8 +203,9 @@ def run_round(
     # Commit curriculum progress on a copy: the caller keeps it only with the checkpoint.
     updated = copy.deepcopy(curriculum)
     for g in groups:
-        updated.record(g.task.spec.dataset, g.level, g.strict_mean)
+        updated.record(g.task.spec.dataset, g.level, [c.strict for c in g.completions])
     completions = [c for g in groups for c in g.completions]
+    trained_external = [g for g in trained if g.source != "local"]
     tag_rate = fmean(c.well_formed for c in completions)
     updated.record_tag_rate(tag_rate)
 
@@ -218,11 +235,17 @@ def run_round(
         seconds={k: round(v, 3) for k, v in timings.items()} | {"hand-off": round(handoff_s, 3)},
         per_dataset={k: fmean(v) for k, v in sorted(per_dataset.items())},
         levels=updated.levels(),
-        format_only_share=fmean(g.format_only for g in selection.groups) if train_stats else None,
-        external_advantage_share=_advantage_share(selection.external, selection.groups) if train_stats else None,
-        external_age_rounds_mean=fmean(round_no - (g.received_round or round_no) for g in selection.external)
-        if train_stats and selection.external else None,
-        external_groups_by_peer=dict(Counter(g.source for g in selection.external)) if train_stats else {},
+        format_only_share=fmean(g.format_only for g in trained) if train_stats else None,
+        external_advantage_share=_advantage_share(trained_external, trained) if train_stats else None,
+        external_age_rounds_mean=fmean(round_no - (g.received_round or round_no) for g in trained_external)
+        if trained_external else None,
+        external_groups_by_peer=dict(Counter(g.source for g in trained_external)),
+        token_entropy=_token_entropy(completions),
+        distinct_answers=fmean(distinct_answers),
+        group_outcomes=_outcome_shares(groups),
+        signal_groups=signal_groups,
+        min_signal_groups=settings.min_signal_groups,
+        waiting_groups=len(still_waiting),
         train=None if train_stats is None else TrainRecord(
             loss=train_stats.loss,
             tokens=train_stats.tokens,
@@ -231,8 +254,15 @@ def run_round(
             ratio_mean=train_stats.ratio_mean,
             sampler_logprob_gap=train_stats.sampler_logprob_gap,
             sampler_ratio_outside=train_stats.sampler_ratio_outside,
+            groups=len(trained),
+            kl=train_stats.kl,
+            learning_rate=train_stats.learning_rate,
+            reference_seconds=round(train_stats.reference_seconds, 3),
+            external_negative_weight=train_stats.external_negative_weight,
         ),
         **(eval_fields(*closing.held_out) if closing.held_out is not None else {}),
+        eval_best_accuracy=closing.best[0] if closing.best else None,
+        eval_best_of_round=closing.best[1] if closing.best else None,
         external_rejected=closing.external_rejected,
         timestamp=started,
         wall_seconds=round(time.time() - started, 3),
@@ -242,17 +272,49 @@ def run_round(
         rss_bytes=psutil.Process().memory_info().rss,
         swarm=closing.swarm,
     )
-    return RoundOutcome(record, groups, updated, used_external, trained)
+    return RoundOutcome(record, groups, updated, used_external, trained, still_waiting)
 
 
 def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:
     """Every reply of the groups as a training sample, with its group's advantage."""
     return [
-        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob)
+        TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob,
+                    from_other_model=g.other_model)
         for g in groups
         for c, adv in zip(g.completions, g.advantages())
         if c.token_ids
     ]
+
+
+# Groups waiting for a step are bounded: when signal is scarce the oldest groups without right and
+# wrong replies (a format-bonus spread only) go first, then the oldest.
+WAITING_GROUPS_PER_SIGNAL_GROUP = 4
+
+
+def _bounded_wait(batch: list[QuestionGroup], min_signal_groups: int) -> list[QuestionGroup]:
+    cap = WAITING_GROUPS_PER_SIGNAL_GROUP * max(min_signal_groups, 1)
+    kept = list(batch)
+    for g in [g for g in batch if not g.strict_signal] + [g for g in batch if g.strict_signal]:
+        if len(kept) <= cap:
+            break
+        kept.remove(g)
+    return kept
+
+
+def _token_entropy(completions: Sequence[ScoredCompletion]) -> float | None:
+    """The sampling policy's entropy per token, estimated by the mean surprisal (-log pi) of the
+    tokens it sampled (an unbiased estimate: E[-log pi(x)] over x ~ pi is the entropy)."""
+    logprobs = [lp for c in completions if c.sampler_logprobs for lp in c.sampler_logprobs]
+    return -fmean(logprobs) if logprobs else None
+
+
+def _outcome_shares(groups: Sequence[QuestionGroup]) -> dict[str, dict[str, float]]:
+    """Per dataset, the shares of the round's groups that were all right, all wrong and mixed."""
+    by_dataset: dict[str, list[str]] = {}
+    for g in groups:
+        by_dataset.setdefault(g.task.spec.dataset, []).append(group_outcome([c.strict for c in g.completions]))
+    return {d: {o: outcomes.count(o) / len(outcomes) for o in (ALL_RIGHT, ALL_WRONG, MIXED)}
+            for d, outcomes in sorted(by_dataset.items())}
 
 
 def _advantage_share(part: Sequence[QuestionGroup], whole: Sequence[QuestionGroup]) -> float:

@@ -22,6 +22,11 @@ class TrainRecord(msgspec.Struct, kw_only=True, frozen=True):
     ratio_mean: float
     sampler_logprob_gap: float
     sampler_ratio_outside: float
+    groups: int = 0  # question-groups in the batch (this round's and those that waited for it)
+    kl: float | None = None  # mean k3 estimate of KL(pi || pi_base) per token (None: no anchor)
+    learning_rate: float = 0.0  # the step size of this update (warmup included)
+    reference_seconds: float = 0.0  # the anchor's reference forward
+    external_negative_weight: float | None = None  # mean weight of peers' replies pushed down
 
 
 class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
@@ -51,7 +56,8 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
 
 
 SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)
-EVAL_FIELDS = ("eval_accuracy", "eval_per_dataset", "eval_tag_rate", "eval_of_round", "eval_seconds")
+EVAL_FIELDS = ("eval_accuracy", "eval_per_dataset", "eval_tag_rate", "eval_of_round", "eval_seconds", "eval_items",
+               "eval_at_level_accuracy", "eval_at_level_per_dataset", "eval_levels")
 
 
 class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
@@ -88,12 +94,32 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     external_advantage_share: float | None = None
     # Who taught this node what: peer id -> its groups the update trained on.
     external_groups_by_peer: dict[str, int] = msgspec.field(default_factory=dict)
+    # ---- how the learning goes (every round) ----
+    # The sampling policy's entropy per token (mean -log pi of the tokens it sampled): a collapse
+    # to one answer shows here first.
+    token_entropy: float | None = None
+    distinct_answers: float | None = None  # distinct extracted answers per group of this round
+    # Per dataset, the shares of this round's groups all right / all wrong / mixed.
+    group_outcomes: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
+    # The minimum batch (train.min_signal_groups): groups with right and wrong replies in this
+    # round's batch, the minimum, and the groups left waiting for the next step (0 when it trained).
+    signal_groups: int = 0
+    min_signal_groups: int = 0
+    waiting_groups: int = 0
     # ---- the held-out score (learning/evaluation.py), on the rounds that measured it ----
     eval_accuracy: float | None = None
     eval_per_dataset: dict[str, float] | None = None
     eval_tag_rate: float | None = None  # replies that closed the tag (a reply without it is wrong)
     eval_of_round: int | None = None  # the round whose weights were evaluated (0: the base model)
     eval_seconds: float | None = None
+    eval_items: int | None = None  # items in the fixed set (240 since this version; 96 before)
+    # The same at the levels the node trains each dataset on (learning/evaluation.py's at-level set).
+    eval_at_level_accuracy: float | None = None
+    eval_at_level_per_dataset: dict[str, float] | None = None
+    eval_levels: dict[str, int] | None = None
+    # The best held-out accuracy so far and the round of its weights (kept in checkpoints/best).
+    eval_best_accuracy: float | None = None
+    eval_best_of_round: int | None = None
     # ---- the round as a whole, and what its caller measured when it closed (learning/round.py) ----
     external_rejected: int = 0
     timestamp: float = 0.0

@@ -47,9 +47,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def round_folder(root: Path, round_no: int) -> Path:
+    return root / f"round-{round_no:08d}"
+
+
 def save_checkpoint(root: Path, round_no: int, state: dict, write_files: Callable[[Path], None], keep: int = 3) -> Path:
     """`write_files(folder)` writes the backend's files; `state` (JSON) holds the node's own."""
-    final = root / f"round-{round_no:08d}"
+    final = round_folder(root, round_no)
     # A folder of this round already there: a previous run wrote it and crashed before moving on.
     with atomic_folder(final, fsync=True, prefix=f".round-{round_no:08d}-") as tmp:
         write_files(tmp)
@@ -67,7 +71,8 @@ def save_checkpoint(root: Path, round_no: int, state: dict, write_files: Callabl
     return final
 
 
-def _verify(folder: Path) -> Checkpoint:
+def verify(folder: Path) -> Checkpoint:
+    """The checkpoint in `folder` if its manifest and checksums hold; CheckpointError if not."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
         for name, digest in manifest["files"].items():
@@ -92,7 +97,7 @@ def _rounds(root: Path) -> list[Path]:
 def latest_checkpoint(root: Path) -> Checkpoint | None:
     for folder in _rounds(root):
         try:
-            return _verify(folder)
+            return verify(folder)
         except CheckpointError as exc:
             log.warning("checkpoint %s is damaged (%s); trying the one before", folder.name, exc)
     return None
@@ -100,12 +105,12 @@ def latest_checkpoint(root: Path) -> Checkpoint | None:
 
 def _prune(root: Path, keep: int) -> None:
     for p in root.iterdir():  # temp folders of crashed saves
-        if p.is_dir() and p.name.startswith(".round-"):
+        if p.is_dir() and p.name.startswith((".round-", ".best-")):
             shutil.rmtree(p, ignore_errors=True)
     valid = 0
     for folder in _rounds(root):
         try:
-            _verify(folder)
+            verify(folder)
             valid += 1
             if valid > keep:
                 shutil.rmtree(folder, ignore_errors=True)

@@ -43,6 +43,8 @@ from ..sizing import ResourceError, Sizing, memory_note, plan
 from ..swarm.facade import OfflineSwarm, SwarmOpener, inbound_budget, open_swarm
 from ..swarm.intake import IntakeContext
 from .backend_slot import BackendBuilder, BackendSlot, backend_spec, model_scale
+from .best import Best, BestKeeper
+from .checkpoint import round_folder
 from .control import ControlServer, open_control
 from .guest_monitor import GuestMonitor
 from .held_out import HeldOutSchedule
@@ -79,8 +81,10 @@ class Node(NodeControls):
         # round's own draws (tasks, sampling, the training set) stay reproducible from the seed.
         self.rng_network = np.random.default_rng([0, 1])
         self.curriculum: Curriculum | None = None
+        self.waiting: list[QuestionGroup] = []  # selected groups waiting for the minimum batch
         self.round = 0
         self.held_out = HeldOutSchedule(config.eval.every_rounds, self._measure, base_evals)
+        self.best: BestKeeper | None = None  # start() reads it from the checkpoints
         self.swarm = OfflineSwarm(self.emit)
         # The services around the loop.
         self._lock = StateDirLock(self.paths.state_dir)
@@ -133,10 +137,11 @@ class Node(NodeControls):
         backend = self.slot.open()
         self.rng = np.random.default_rng(self.seed)
         self.rng_network = np.random.default_rng([self.seed, 1])
-        self.curriculum = restore(start, backend, self.rng, self.preset)
+        self.curriculum, self.waiting = restore(start, backend, self.rng, self.preset, self.emit)
         self.round = start.round
         reconcile(self.paths.metrics_file, self.round, start.saved_record)
         self.held_out.resumed_at(self.round, start.saved_record)
+        self.best = BestKeeper(self.paths.checkpoints)
         self.swarm = self._connect(cfg, self.paths, self.model.name, self.emit)
         info = backend.info()
         self.emit(NodeStarted(
@@ -217,13 +222,17 @@ class Node(NodeControls):
             share=self.swarm.sharer(round_no, prefill),
             on_progress=ProgressReporter(round_no, self.emit),
             close=lambda trained, used: self._close_round(round_no, trained, used),
+            waiting=self.waiting,
         )
         write_checkpoint(
             self.paths.checkpoints, round_no, seed=self.seed, model=self.model.name, rng=self.rng,
-            curriculum=outcome.curriculum, record=outcome.record, save_backend=self.slot.backend.save_state,
-            keep=self.config.checkpoint.keep, last_good_round=self.round,
+            curriculum=outcome.curriculum, waiting=outcome.waiting, record=outcome.record,
+            save_backend=self.slot.backend.save_state, keep=self.config.checkpoint.keep, last_good_round=self.round,
         )
-        self.curriculum = outcome.curriculum
+        record = outcome.record
+        if record.eval_of_round == round_no and self.best.improves(record.eval_accuracy, round_no):
+            self.best.keep(round_folder(self.paths.checkpoints, round_no), record.eval_accuracy, round_no)
+        self.curriculum, self.waiting = outcome.curriculum, outcome.waiting
         self.round = round_no
         append_record(self.paths.metrics_file, outcome.record.to_dict())
         self.emit(RoundFinished(outcome.record))
@@ -235,7 +244,11 @@ class Node(NodeControls):
                      used_external: Sequence[QuestionGroup]) -> RoundClosing:
         """The round's update is applied: the swarm's figures, and the held-out score when due."""
         rejected, swarm_stats = self.swarm.finish_round(trained, used_external)
-        return RoundClosing(rejected, swarm_stats, self.held_out.after_round(round_no))
+        score = self.held_out.after_round(round_no)
+        best = self.best.best
+        if score is not None and self.best.improves(score[0].accuracy, score[1]):
+            best = Best(score[0].accuracy, score[1])  # kept once its checkpoint is written
+        return RoundClosing(rejected, swarm_stats, score, (best.accuracy, best.round) if best else None)
 
     def _base_score_key(self) -> tuple:
         """What the base model's held-out score depends on (an experiment's nodes share it)."""
@@ -243,7 +256,7 @@ class Node(NodeControls):
 
     def _measure(self, weights_round: int, should_stop: StopCheck | None) -> EvalResult:
         result = evaluate(self.slot.backend, self.preset, self.config.reward.prefill_answer,
-                          self.sizing.shape.max_new_tokens, should_stop)
+                          self.sizing.shape.max_new_tokens, should_stop, levels=self.curriculum.levels())
         per = ", ".join(f"{d} {a:.0%}" for d, a in result.per_dataset.items())
         self.emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per}; "
                                  f"{result.tag_rate:.0%} of replies closed the tag)"))

@@ -4,10 +4,11 @@ checkpoint holds besides the backend's own files (adapter, optimizer)."""
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from ...backends.base import Backend
@@ -15,15 +16,46 @@ from .checkpoint import Checkpoint, latest_checkpoint, save_checkpoint
 from ..learning.curriculum import Curriculum
 from ..errors import NodeError
 from ..learning.round_record import RoundRecord
-from ..learning.tasks import Preset
+from ..events import Listener, Notice
+from ..learning.rollout import QuestionGroup
+from ..learning.tasks import Preset, TaskError
 
 STATE_VERSION = 1
+# The learning rules a checkpoint was trained under. 2: the minimum batch, warmup, the KL anchor
+# and the curriculum that aims at mixed groups (issue "learning that holds"); 1 (absent): before.
+LEARNING_VERSION = 2
+
+
+class NodeState(msgspec.Struct, kw_only=True, frozen=True):
+    """What a round's checkpoint holds of the node itself (`state.json`, beside the backend's
+    adapter and optimizer): enough to go on exactly where it stopped."""
+
+    version: int = STATE_VERSION
+    learning: int = 1  # LEARNING_VERSION when written; absent in an earlier version's checkpoints
+    round: int
+    seed: int
+    model: str
+    rng: dict  # numpy's bit generator state
+    curriculum: dict | None = None  # learning/curriculum.py's to_dict()
+    # Groups selected for training, waiting for the minimum batch (rollout.QuestionGroup.to_state):
+    # kept, so a restart loses none of the work that went into them.
+    waiting: list[dict] = msgspec.field(default_factory=list)
+    metrics: dict | None = None  # the round's record, as metrics.jsonl has it
+
+    @classmethod
+    def of(cls, checkpoint: Checkpoint) -> NodeState:
+        try:
+            return msgspec.convert(checkpoint.state, cls)
+        except msgspec.ValidationError as exc:
+            raise NodeError(f"{checkpoint.path} is not a swarmling node's checkpoint ({exc}): move it away, "
+                            "or use another --home") from None
 
 
 @dataclass(frozen=True)
 class StartPoint:
     seed: int
     checkpoint: Checkpoint | None  # None: a fresh start
+    state: NodeState | None = None
 
     @property
     def round(self) -> int:
@@ -32,7 +64,7 @@ class StartPoint:
     @property
     def saved_record(self) -> dict | None:
         """The metrics record saved with the checkpoint, as written (for the metrics log)."""
-        return self.checkpoint.state.get("metrics") if self.checkpoint is not None else None
+        return self.state.metrics if self.state is not None else None
 
 
 def find_start(checkpoints: Path, model_name: str, configured_seed: int | None) -> StartPoint:
@@ -41,28 +73,47 @@ def find_start(checkpoints: Path, model_name: str, configured_seed: int | None) 
     if checkpoint is None:
         seed = configured_seed if configured_seed is not None else int(np.random.SeedSequence().entropy % 2**63)
         return StartPoint(seed, None)
-    saved_model = checkpoint.state.get("model")
-    if saved_model != model_name:
+    state = NodeState.of(checkpoint)
+    if state.model != model_name:
         raise NodeError(
-            f"the checkpoints in {checkpoints} were trained on model {saved_model!r}, not "
-            f"{model_name!r}: run with --model {saved_model}, or use another --home for the new model"
+            f"the checkpoints in {checkpoints} were trained on model {state.model!r}, not "
+            f"{model_name!r}: run with --model {state.model}, or use another --home for the new model"
         )
-    return StartPoint(int(checkpoint.state["seed"]), checkpoint)
+    return StartPoint(state.seed, checkpoint, state)
 
 
-def restore(start: StartPoint, backend: Backend, rng: np.random.Generator, preset: Preset) -> Curriculum:
-    """Load the checkpoint's adapter and optimizer, put the RNG back; returns the curriculum."""
+def restore(start: StartPoint, backend: Backend, rng: np.random.Generator, preset: Preset,
+            emit: Listener) -> tuple[Curriculum, list[QuestionGroup]]:
+    """Load the checkpoint's adapter and optimizer, put the RNG back; returns the curriculum and
+    the groups that were waiting for a training step."""
     if start.checkpoint is None:
-        return Curriculum(preset)
+        return Curriculum(preset), []
     try:
-        backend.load_state(start.checkpoint.path)
+        if start.state.learning < LEARNING_VERSION:
+            # Trained under the earlier rules (a constant, larger step, no anchor): the adapter is
+            # kept, AdamW starts afresh (its moments were shaped by those steps) and warms up again.
+            backend.load_adapter(start.checkpoint.path)
+            emit(Notice("info", f"resuming round {start.round}'s adapter under the new learning defaults (minimum batch, "
+                                "warmup, KL anchor): the optimizer starts afresh. `swarmling reset` starts again from "
+                                "the base model instead"))
+        else:
+            backend.load_state(start.checkpoint.path)
     except (ValueError, KeyError, RuntimeError) as exc:
         raise NodeError(
             f"could not resume from {start.checkpoint.path}: {exc}. Restore the matching [train] settings, "
             "or use another --home to start fresh"
         ) from exc
-    rng.bit_generator.state = start.checkpoint.state["rng"]
-    return Curriculum.from_dict(preset, start.checkpoint.state.get("curriculum"))
+    rng.bit_generator.state = start.state.rng
+    return Curriculum.from_dict(preset, start.state.curriculum), _waiting_groups(start.state.waiting, emit)
+
+
+def _waiting_groups(saved: list[dict], emit: Listener) -> list[QuestionGroup]:
+    try:
+        return [QuestionGroup.from_state(g) for g in saved]
+    except (TaskError, KeyError, TypeError, ValueError) as exc:  # a reasoning-gym or preset that changed
+        emit(Notice("warning", f"the {len(saved)} groups waiting for a training step could not be restored ({exc}): "
+                               "dropped, the next rounds collect new ones"))
+        return []
 
 
 def write_checkpoint(
@@ -73,22 +124,17 @@ def write_checkpoint(
     model: str,
     rng: np.random.Generator,
     curriculum: Curriculum,
+    waiting: Sequence[QuestionGroup],
     record: RoundRecord,
     save_backend: Callable[[Path], None],
     keep: int,
     last_good_round: int,
 ) -> None:
-    state = {
-        "version": STATE_VERSION,
-        "round": round_no,
-        "seed": seed,
-        "model": model,
-        "rng": rng.bit_generator.state,
-        "curriculum": curriculum.to_dict(),
-        "metrics": record.to_dict(),
-    }
+    state = NodeState(learning=LEARNING_VERSION, round=round_no, seed=seed, model=model, rng=rng.bit_generator.state,
+                      curriculum=curriculum.to_dict(), waiting=[g.to_state() for g in waiting],
+                      metrics=record.to_dict())
     try:
-        save_checkpoint(root, round_no, state, save_backend, keep)
+        save_checkpoint(root, round_no, msgspec.to_builtins(state), save_backend, keep)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise NodeError(

@@ -148,7 +148,8 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
         return Rejected(peer, f"{lost} of {len(wire.completions)} replies unusable here", blame=False)
     if ctx.group_size is not None and len(completions) > ctx.group_size:
         completions = _subsample(completions, ctx.group_size, f"{peer}/{wire.question_hash}")
-    return QuestionGroup(task, level, prompt, prompt_ids, completions, source=peer)
+    other_model = bool(ctx.model) and sender_model != ctx.model
+    return QuestionGroup(task, level, prompt, prompt_ids, completions, source=peer, other_model=other_model)
 
 
 def _subsample(completions: list[ScoredCompletion], k: int, key: str) -> list[ScoredCompletion]:
