@@ -108,11 +108,18 @@ class TrainSection(_Section):
     # guest's share of a machine under ~5.6 GB) is too tight for a group's pass without it; on
     # CUDA off; the MLX trainer has none.
     activation_checkpointing: bool | None = None
-    # The CPU trainer's matmuls in bf16 (weights, LoRA and optimizer stay fp32). Several times
-    # faster where the CPU has AVX-512 BF16 or AMX (`swarmling doctor` says; `swarmling bench`
-    # measures it against fp32 there), slower where it has not. Off by default: what it does to
-    # learning is not measured yet (on such a CPU, bench prints the logprob change).
-    cpu_bf16: bool = False
+    # The CPU trainer's frozen base in bf16, cast once (the LoRA weights, AdamW, the output head and
+    # the log-probabilities stay fp32): ~1.6-1.9x the fp32 step where the CPU has AVX-512 BF16 or
+    # AMX, 14-22x slower where it has not. "auto": on where the CPU reports them and a start-up
+    # check finds it agrees with fp32 on a fixed batch (backends/bf16_check.py); "on": always (the
+    # check only warns); "off": fp32. `swarmling doctor`, the backend line and `bench` say which runs.
+    cpu_bf16: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("cpu_bf16", mode="before")
+    @classmethod
+    def _bf16_bool(cls, value: object) -> object:
+        # Earlier versions took true / false: they mean "on" / "off".
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @field_validator("lora_dropout")
     @classmethod

@@ -116,7 +116,6 @@ def choose_backend(hw: Hardware, requested: str = "auto") -> BackendChoice:
         )
     return BackendChoice(
         "cpu",
-        f"no GPU found; llama.cpp samples and torch trains LoRA on the CPU ({hw.physical_cores} cores, fp32"
-        + (": this CPU has bf16 instructions, train.cpu_bf16 = true may train faster (swarmling bench measures it)"
-           if hw.has_bf16_cpu else ": this CPU has no bf16 instructions") + ")",
+        f"no GPU found; llama.cpp samples and torch trains LoRA on the CPU ({hw.physical_cores} cores"
+        + (", with bf16 instructions" if hw.has_bf16_cpu else "") + ")",
     )

@@ -24,6 +24,11 @@ class BuildSettings:
     microbatch_tokens: int
     activation_checkpointing: bool
     memory_limit: float | None  # bytes the CPU or MLX node sized itself to (None on CUDA)
+    # The CPU trainer's base in bf16 (train.cpu_bf16): tried ("auto" where the CPU has bf16
+    # instructions, or "on"); kept only if the start-up check agrees, unless the user said "on".
+    cpu_bf16: bool = False
+    cpu_bf16_forced: bool = False
+    cpu_bf16_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -164,8 +169,21 @@ def build_settings(config: Config, hw: Hardware, kind: str, model_scale: float =
         else:
             microbatch = fit_microbatch(asked or DEFAULT_MICROBATCH, limit, model_scale,
                                         strict=ceiling is not None, checkpointing=checkpointing)
+    bf16, reason = cpu_bf16_choice(config.train.cpu_bf16, hw) if kind == "cpu" else (False, "")
     return BuildSettings(kind=kind, threads=threads, microbatch_tokens=microbatch,
-                         activation_checkpointing=checkpointing, memory_limit=limit)
+                         activation_checkpointing=checkpointing, memory_limit=limit, cpu_bf16=bf16,
+                         cpu_bf16_forced=config.train.cpu_bf16 == "on", cpu_bf16_reason=reason)
+
+
+def cpu_bf16_choice(mode: str, hw: Hardware) -> tuple[bool, str]:
+    """Whether the CPU trainer tries a bf16 base, and why (train.cpu_bf16)."""
+    if mode == "off":
+        return False, "fp32: train.cpu_bf16 = off"
+    if mode == "on":
+        return True, "bf16: train.cpu_bf16 = on" + ("" if hw.has_bf16_cpu else " (this CPU has no bf16 instructions: slow)")
+    if hw.has_bf16_cpu:
+        return True, "bf16: this CPU has AVX-512 BF16 or AMX (train.cpu_bf16 = auto)"
+    return False, "fp32: this CPU has no bf16 instructions (train.cpu_bf16 = auto)"
 
 
 def round_shape(config: Config, preset: Preset, build: BuildSettings, model_scale: float = 1.0) -> RoundShape:

@@ -149,7 +149,7 @@ class TrainerSwitches:
     # Each group's prompt once for all its completions (backends/shared_prefix.py); off only to
     # measure what that saves.
     shared_prefix: bool = True
-    bf16_matmuls: bool | None = None  # the CPU trainer's matmuls in bf16 (train.cpu_bf16)
+    bf16_base: bool | None = None  # the CPU trainer's frozen base in bf16 (train.cpu_bf16)
     activation_checkpointing: bool | None = None  # recompute each layer in the backward pass
 
 

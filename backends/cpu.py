@@ -12,6 +12,7 @@ diagnostics reported in every round's metrics.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from .bf16_check import check_bf16, check_samples
 from .base import (
     BackendInfo,
     ChatPrompt,
@@ -40,6 +42,8 @@ from .llama_cpp_generator import LlamaCppGenerator
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .torch_lora import TorchLoraTrainer, TorchTrainedBackend
 
+log = logging.getLogger(__name__)
+
 LIVE_ADAPTER = "live-adapter.gguf"
 
 
@@ -56,7 +60,9 @@ class CpuSettings:
     grpo: GrpoSettings
     seed: int = 0
     chat_template: str | None = None  # overrides the GGUF's template when given
-    bf16_matmuls: bool = False  # train.cpu_bf16
+    bf16: bool = False  # try the trainer's base in bf16 (train.cpu_bf16)
+    bf16_forced: bool = False  # keep it even if the start-up check disagrees ("on")
+    bf16_reason: str = ""  # why it is tried or not
 
 
 class CpuBackend(TorchTrainedBackend):
@@ -69,7 +75,7 @@ class CpuBackend(TorchTrainedBackend):
         self.trainer = TorchLoraTrainer(
             folder, settings.lora, settings.optim, settings.grpo, settings.temperature, device="cpu", seed=settings.seed
         )
-        self.trainer.bf16_matmuls = settings.bf16_matmuls
+        self.precision = self._choose_precision(settings)
         cfg = self.trainer.config
         self.shape = ModelShape(
             arch=self.generator.architecture,
@@ -79,13 +85,27 @@ class CpuBackend(TorchTrainedBackend):
         )
         settings.runtime_dir.mkdir(parents=True, exist_ok=True)
 
+    def _choose_precision(self, settings: CpuSettings) -> str:
+        """A bf16 base where asked for and it agrees with fp32 (backends/bf16_check.py); what runs, and why."""
+        if not settings.bf16:
+            return settings.bf16_reason or "fp32"
+        check = check_bf16(self.trainer, check_samples(self.encode_prompt, self.tokenize))
+        if check.agrees:
+            return f"{settings.bf16_reason}; {check.describe()}"
+        if settings.bf16_forced:
+            self.trainer.bf16_base = True
+            log.warning("train.cpu_bf16 = on although %s", check.describe())
+            return f"{settings.bf16_reason}, although {check.describe()}"
+        log.warning("training in fp32: %s, beyond the tolerance", check.describe())
+        return f"fp32: {check.describe()}, beyond the tolerance"
+
     def switches(self) -> TrainerSwitches:
-        return replace(super().switches(), bf16_matmuls=self.trainer.bf16_matmuls)
+        return replace(super().switches(), bf16_base=self.trainer.bf16_base)
 
     def set_switches(self, switches: TrainerSwitches) -> None:
         super().set_switches(switches)
-        if switches.bf16_matmuls is not None:
-            self.trainer.bf16_matmuls = switches.bf16_matmuls
+        if switches.bf16_base is not None:
+            self.trainer.bf16_base = switches.bf16_base
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -94,9 +114,9 @@ class CpuBackend(TorchTrainedBackend):
             model=self.settings.model_name,
             memory_bytes=psutil.Process().memory_info().rss,
             generator=f"llama.cpp ({self.generator.architecture}, {self.generator.model_bytes / 1e6:.0f} MB GGUF)",
-            trainer=f"torch {torch.__version__} {'bf16 matmuls' if self.trainer.bf16_matmuls else 'fp32'} + LoRA r={self.settings.lora.r} "
+            trainer=f"torch {torch.__version__} {'bf16 base' if self.trainer.bf16_base else 'fp32'} + LoRA r={self.settings.lora.r} "
             f"({self.trainer.trainable_parameters() / 1e6:.2f}M trainable)"
-            + (", activation checkpointing" if self.trainer.activation_checkpointing else ""),
+            + (", activation checkpointing" if self.trainer.activation_checkpointing else "") + f" [{self.precision}]",
         )
 
     def render(self, prompt: ChatPrompt) -> str:

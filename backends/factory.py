@@ -80,7 +80,9 @@ def _cpu(spec: BackendSpec) -> Backend:
             optim=spec.optim,
             grpo=spec.grpo,
             seed=spec.seed,
-            bf16_matmuls=spec.cpu_bf16,
+            bf16=spec.cpu_bf16,
+            bf16_forced=spec.cpu_bf16_forced,
+            bf16_reason=spec.cpu_bf16_reason,
         )
     )
 

@@ -81,4 +81,6 @@ class BackendSpec:
     grpo: GrpoSettings
     seed: int
     full: bool  # train every weight (train.mode = "full") instead of a LoRA adapter
-    cpu_bf16: bool = False  # the CPU trainer's matmuls in bf16 (train.cpu_bf16)
+    cpu_bf16: bool = False  # the CPU trainer's base in bf16, if it agrees with fp32 (train.cpu_bf16)
+    cpu_bf16_forced: bool = False  # ... whatever the check finds (train.cpu_bf16 = "on")
+    cpu_bf16_reason: str = ""  # why it is tried or not, for the backend line

@@ -84,6 +84,7 @@ class TorchLoraTrainer:
 
         hf_logging.disable_progress_bar()
         torch.manual_seed(seed)
+        self.model_dir = Path(model_dir)
         self.device = torch.device(device)
         self.lora, self.optim, self.grpo, self.temperature = lora, optim, grpo, temperature
         base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(self.device)
@@ -122,9 +123,9 @@ class TorchLoraTrainer:
             self._reference = copy.deepcopy(base).eval().requires_grad_(False)
         # Each prompt once per group (see shared_prefix.py); off only to measure what it saves.
         self.shared_prefix = True
-        # The forward and backward matmuls in bf16 (torch.autocast); weights, LoRA and AdamW stay
-        # fp32. Several times faster where the CPU has AVX-512 BF16 or AMX, slower where it has not.
-        self.bf16_matmuls = False
+        # The frozen base in bf16, cast once (`bf16_base`); the output head's fp32 copy while it is.
+        self._bf16_base = False
+        self._head_fp32: torch.Tensor | None = None
         self._checkpointing = False
         self.activation_checkpointing = optim.activation_checkpointing
 
@@ -150,6 +151,38 @@ class TorchLoraTrainer:
             disable = getattr(lm, "activation_checkpointing_disable", None) or lm.gradient_checkpointing_disable
             disable()
         self._checkpointing = bool(on)
+
+    @property
+    def bf16_base(self) -> bool:
+        """The frozen base weights in bf16 (the CPU's train.cpu_bf16): cast once, so every matmul
+        of the backbone runs in bf16 (several times the fp32 rate where the CPU has AVX-512 BF16
+        or AMX, far slower where it has not) on half the memory. The LoRA weights, their gradients
+        and AdamW stay fp32 (peft computes the adapter's branch in its weights' dtype), and so do
+        the output head and the log-probabilities: logits reach ~30, where bf16 steps by 0.125, and
+        the policy ratio, the KL and the sampler gap are differences of these logprobs. Switching
+        back to fp32 reloads the base from its folder (a bf16 copy cannot give the fp32 bits back)."""
+        return self._bf16_base
+
+    @bf16_base.setter
+    def bf16_base(self, on: bool) -> None:
+        if bool(on) == self._bf16_base:
+            return
+        frozen = [(name, p) for name, p in self.causal_lm.named_parameters() if not p.requires_grad]
+        if on:
+            # The head shares its weight with the embeddings here (tied): keep an fp32 copy first.
+            self._head_fp32 = self._lm_head.weight.detach().float().clone()
+            for _, p in frozen:
+                p.data = p.data.to(torch.bfloat16)
+        else:
+            from safetensors.torch import load_file
+
+            saved = {}
+            for file in sorted(self.model_dir.glob("*.safetensors")):
+                saved.update(load_file(str(file)))
+            for name, p in frozen:
+                p.data = saved[name.replace(".base_layer", "")].to(device=self.device, dtype=torch.float32)
+            self._head_fp32 = None
+        self._bf16_base = bool(on)
 
     # ---- facts -------------------------------------------------------------------------------
     @property
@@ -191,9 +224,10 @@ class TorchLoraTrainer:
         )
 
     def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        # The head stays fp32 even with bf16 matmuls: logits reach ~30, where bf16 steps by 0.125,
-        # and the policy ratio and the sampler gap are differences of these logprobs.
-        with torch.autocast(self.device.type, enabled=False):
+        # The head stays fp32 with a bf16 base (its fp32 copy; see bf16_base).
+        if self._head_fp32 is not None:
+            logits = torch.nn.functional.linear(hidden.float(), self._head_fp32)
+        else:
             logits = self._lm_head(hidden.to(self._lm_head.weight.dtype)).float()
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
@@ -201,10 +235,6 @@ class TorchLoraTrainer:
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
     def _logprobs(self, mb: _Microbatch) -> torch.Tensor:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16_matmuls):
-            return self._logprobs_in_precision(mb)
-
-    def _logprobs_in_precision(self, mb: _Microbatch) -> torch.Tensor:
         hidden = self._backbone(
             input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
         ).last_hidden_state

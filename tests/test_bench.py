@@ -37,21 +37,21 @@ class SwitchesFake(FakeBackend):
     def __init__(self, clock: Clock, checkpointing: bool = False) -> None:
         super().__init__()
         self.clock = clock
-        self.bf16_matmuls = False
+        self.bf16_base = False
         self.activation_checkpointing = checkpointing
         self.passes: list[tuple[bool, bool, bool]] = []
         self.loads = 0
 
     def switches(self) -> TrainerSwitches:
-        return TrainerSwitches(self.shared_prefix, self.bf16_matmuls, self.activation_checkpointing)
+        return TrainerSwitches(self.shared_prefix, self.bf16_base, self.activation_checkpointing)
 
     def set_switches(self, switches: TrainerSwitches) -> None:
         self.shared_prefix = switches.shared_prefix
-        self.bf16_matmuls, self.activation_checkpointing = switches.bf16_matmuls, switches.activation_checkpointing
+        self.bf16_base, self.activation_checkpointing = switches.bf16_base, switches.activation_checkpointing
 
     def train_step(self, samples, should_stop=None, on_progress=None):
-        self.passes.append((self.shared_prefix, self.bf16_matmuls, self.activation_checkpointing))
-        self.clock.now += (1.0 if self.shared_prefix else 4.0) * (3.0 if self.bf16_matmuls else 1.0) * (
+        self.passes.append((self.shared_prefix, self.bf16_base, self.activation_checkpointing))
+        self.clock.now += (1.0 if self.shared_prefix else 4.0) * (3.0 if self.bf16_base else 1.0) * (
             1.5 if self.activation_checkpointing else 1.0)
         return super().train_step(samples, should_stop, on_progress)
 
@@ -69,10 +69,10 @@ def test_the_comparison_times_each_switch_from_the_same_state(capsys, clock):
     _compare_training(backend, samples())
     assert backend.passes == [(True, False, False), (False, False, False), (True, True, False), (True, False, True)]
     assert backend.loads == 4  # back to the saved state after every pass
-    assert (backend.shared_prefix, backend.bf16_matmuls, backend.activation_checkpointing) == (True, False, False)
+    assert (backend.shared_prefix, backend.bf16_base, backend.activation_checkpointing) == (True, False, False)
     out = capsys.readouterr().out
     assert "shared is 4.00x faster" in out
-    assert "matmuls in bf16    3.00 s vs fp32 1.00 s: 0.33x" in out
+    assert "bf16 base          3.00 s vs fp32 1.00 s: 0.33x" in out
     assert "activation checkpointing    1.50 s vs 1.00 s without: 1.50x the time" in out
     if reset_peak_rss():  # Linux: each pass's own peak
         assert "training peak" in out

@@ -150,28 +150,66 @@ def test_shared_prefix_logprobs_and_lora_gradient_match_each_completion_trained_
 
 
 @pytest.mark.slow  # loads the model through its own fixture
-def test_bf16_matmuls_stay_close_to_fp32_and_leave_the_trained_weights_fp32(trainer):
-    """`bf16_matmuls` (train.cpu_bf16) runs the backbone's matmuls in bf16 under autocast: 8
-    significant bits instead of 24, so per-token logprobs move (measured here: 0.18 nats at most,
-    on logprobs of magnitude ~10) and the LoRA gradient keeps its direction (cosine 1.0000); the
-    head, the LoRA weights and their gradients stay fp32. The difference must also be non-zero:
-    otherwise autocast did nothing."""
+def test_a_bf16_base_stays_close_to_fp32_and_leaves_the_trained_weights_fp32(trainer):
+    """`bf16_base` (train.cpu_bf16) casts the frozen base to bf16 once: 8 significant bits instead
+    of 24, so per-token logprobs move (a few hundredths of a nat on logprobs of magnitude ~10) and
+    the LoRA gradient keeps its direction; the head, the LoRA weights and their gradients stay fp32.
+    The difference must also be non-zero (otherwise the bf16 path did not run), and switching back
+    gives the fp32 logprobs exactly (the base is reloaded, not cast back)."""
     import torch
 
     samples = batch()
     g = torch.Generator().manual_seed(1)
     weights = [torch.randn(len(s.completion_ids), generator=g) for s in samples]
     fp32_lp, fp32_grad = logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, 4096), weights)
-    trainer.bf16_matmuls = True
+    trainer.bf16_base = True
     try:
+        assert all(p.dtype == torch.bfloat16 for n, p in trainer.causal_lm.named_parameters() if not p.requires_grad)
         lp, grad = logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, 4096), weights)
     finally:
-        trainer.bf16_matmuls = False
+        trainer.bf16_base = False
     err = max(float((a - b).abs().max()) for a, b in zip(fp32_lp, lp))
     cosine = float(torch.dot(grad, fp32_grad) / (grad.norm() * fp32_grad.norm()))
-    print(f"bf16 vs fp32: max logprob difference {err:.4f} nats, gradient cosine {cosine:.5f}")
-    assert 1e-4 < err < 0.5 and cosine > 0.98
+    print(f"bf16 base vs fp32: max logprob difference {err:.4f} nats, gradient cosine {cosine:.5f}")
+    assert 1e-4 < err < 0.5 and cosine >= 0.99
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in trainer.params)
+    back, _ = logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, 4096), weights)
+    assert max(float((a - b).abs().max()) for a, b in zip(fp32_lp, back)) == 0.0
+
+
+@pytest.mark.slow
+def test_the_start_up_check_keeps_a_bf16_base_that_agrees_and_refuses_one_that_does_not(trainer, generator,
+                                                                                        monkeypatch):
+    """The real bf16 base passes on the check's fixed batch (backends/bf16_check.py); a faulty one
+    (a layer's weights doubled by the cast) is refused and the trainer stays fp32."""
+    import torch
+
+    from swarmling.backends.bf16_check import check_bf16, check_samples
+    from swarmling.backends.chat_template import render
+
+    samples = check_samples(lambda p: generator.tokenize_prompt(render(p, generator.chat_template)), generator.tokenize)
+    # The node checks at start-up, before a checkpoint's adapter is loaded: a fresh adapter is zero.
+    trained = [p.data.clone() for p in trainer.params]
+    for name, p in zip((n for n, q in trainer.model.named_parameters() if q.requires_grad), trainer.params):
+        if "lora_B" in name:
+            p.data.zero_()
+    good = check_bf16(trainer, samples)
+    assert good.agrees and 0 < good.mean_nats and trainer.bf16_base
+    trainer.bf16_base = False
+    real_setter = type(trainer).bf16_base.fset
+
+    def faulty(self, on):
+        real_setter(self, on)
+        if on:
+            w = self.causal_lm.model.layers[3].mlp.down_proj.base_layer.weight
+            w.data = w.data * 2
+
+    monkeypatch.setattr(type(trainer), "bf16_base", property(type(trainer).bf16_base.fget, faulty))
+    bad = check_bf16(trainer, samples)
+    assert not bad.agrees and not trainer.bf16_base
+    assert all(p.dtype == torch.float32 for p in trainer.causal_lm.parameters())
+    for p, saved in zip(trainer.params, trained):
+        p.data = saved
 
 
 def saved_bytes(compute) -> int:

@@ -5,7 +5,7 @@ Training is then timed again on the last round's training set, once with shared 
 group's prompt computed once, `backends/shared_prefix.py`) and once without, from the same
 adapter and optimizer state: their ratio is what sharing saves on this machine, measured in one
 process on the same samples (timings on a busy machine are noisy; a ratio within one run is not).
-Each switch the backend's trainer offers is then flipped for a pass of its own: bf16 matmuls
+Each switch the backend's trainer offers is then flipped for a pass of its own: the bf16 base
 (`train.cpu_bf16`, the CPU's) against fp32, with what they do to the sampler/trainer logprob
 agreement; per-layer activation checkpointing (`train.activation_checkpointing`), with the time
 it costs and the training peak it saves (each pass's own peak on Linux, or the GPU's on CUDA);
@@ -127,8 +127,8 @@ def training_passes(backend: Backend, checkpointing_required: bool = False) -> d
     pass could take more memory than the machine's owner allowed."""
     node = backend.switches()
     passes = {"node": node, "unshared": replace(node, shared_prefix=False)}
-    if node.bf16_matmuls is not None:
-        passes["bf16_matmuls"] = replace(node, bf16_matmuls=not node.bf16_matmuls)
+    if node.bf16_base is not None:
+        passes["bf16_base"] = replace(node, bf16_base=not node.bf16_base)
     if node.activation_checkpointing is not None and not checkpointing_required:
         passes["activation_checkpointing"] = replace(node, activation_checkpointing=not node.activation_checkpointing)
     return passes
@@ -160,10 +160,10 @@ def _compare_training(backend: Backend, samples: list[TrainSample], checkpointin
               f"{computed} tokens computed ({computed / unique:.2f}x unique){peak.label(peak_bytes)}")
     print(f"  shared is {runs['unshared'][0] / runs['node'][0]:.2f}x faster (target >= 3)")
     node = passes["node"]
-    if "bf16_matmuls" in runs:
-        fp32, bf16 = (runs["node"], runs["bf16_matmuls"])[:: -1 if node.bf16_matmuls else 1]
-        print(f"  matmuls in bf16 {bf16[0]:7.2f} s vs fp32 {fp32[0]:.2f} s: {fp32[0] / bf16[0]:.2f}x "
-              f"(train.cpu_bf16 = {str(node.bf16_matmuls).lower()}); sampler/trainer logprob gap "
+    if "bf16_base" in runs:
+        fp32, bf16 = (runs["node"], runs["bf16_base"])[:: -1 if node.bf16_base else 1]
+        print(f"  bf16 base       {bf16[0]:7.2f} s vs fp32 {fp32[0]:.2f} s: {fp32[0] / bf16[0]:.2f}x "
+              f"(the node runs {'bf16' if node.bf16_base else 'fp32'}); sampler/trainer logprob gap "
               f"{bf16[1].sampler_logprob_gap:.4f} vs {fp32[1].sampler_logprob_gap:.4f} nats, tokens outside "
               f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")
     if "activation_checkpointing" in runs:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..node.backend_slot import model_scale
 from ..config import Config
-from ..sizing import ResourceError, plan
+from ..sizing import ResourceError, cpu_bf16_choice, plan
 from ..hardware import choose_backend, detect
 from ..models import SHIPPED, ModelError, resolve_model
 from ..paths import Paths
@@ -53,8 +53,8 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     print(f"  system      {hw.system} ({hw.machine})")
     print(f"  cpu         {hw.cpu}: {hw.physical_cores} cores / {hw.logical_cores} threads")
     print(f"  memory      {hw.memory_total / 2**30:.1f} GiB ({hw.memory_available / 2**30:.1f} GiB free)")
-    print(f"  bf16 on cpu {'yes: train.cpu_bf16 = true may train faster (swarmling bench compares)' if hw.has_bf16_cpu else 'no'}"
-          f" (now: {'bf16' if config.train.cpu_bf16 else 'fp32'} matmuls)")
+    print(f"  bf16 on cpu {'yes (AVX-512 BF16 or AMX)' if hw.has_bf16_cpu else 'no'}: the trainer would run "
+          f"{cpu_bf16_choice(config.train.cpu_bf16, hw)[1]} (`swarmling bench` compares both)")
     print(f"  cuda        {', '.join(hw.cuda_devices) or 'none'}")
     print(f"  apple mlx   {'yes' if hw.mlx_importable else 'no'}")
     status = 0

@@ -37,7 +37,9 @@ def backend_spec(config: Config, paths: Paths, build: BuildSettings, model: Reso
         grpo=GrpoSettings.from_config(t),
         seed=seed,
         full=t.mode == "full",
-        cpu_bf16=t.cpu_bf16,
+        cpu_bf16=build.cpu_bf16,
+        cpu_bf16_forced=build.cpu_bf16_forced,
+        cpu_bf16_reason=build.cpu_bf16_reason,
     )
 
 
