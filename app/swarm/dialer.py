@@ -18,7 +18,6 @@ dialled again for a while, so it cannot keep taking fetch slots.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 
@@ -26,6 +25,7 @@ import multiaddr
 import trio
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
+from .backoff import PeerBackoff
 from .resolve import is_dns, resolve
 
 log = logging.getLogger("swarmling.swarm")
@@ -60,7 +60,7 @@ class Dialer:
         self._lock = threading.Lock()
         self._connected: set[str] = set()
         self._targets: dict[str, PeerInfo] = {}  # peer id -> addresses we may dial
-        self._backoff: dict[str, tuple[float, float]] = {}  # peer id -> (next try, delay)
+        self._retry = PeerBackoff(BACKOFF_FIRST_S, BACKOFF_MAX_S, jitter=0.2)  # targets whose dial failed
         self._named: set[str] = set()  # targets the user named
         self._discovered: list[PeerInfo] = []  # from mDNS, on zeroconf's thread
         self._dialled: dict[str, str] = {}  # peer id -> an address that worked, worth remembering
@@ -98,25 +98,21 @@ class Dialer:
         while True:
             self._take_discovered()
             self._refresh_connected(host)
-            now = time.monotonic()
             for pid, info in list(self._targets.items()):
                 if pid in self._connected or pid == self._own:
-                    self._backoff.pop(pid, None)
+                    self._retry.succeeded(pid)
                     continue
-                next_try, delay = self._backoff.get(pid, (0.0, BACKOFF_FIRST_S))
-                if now < next_try:
+                if self._retry.blocked(pid):
                     continue
                 if pid in self._named:
                     _forget_failures(host, info)
                 dialled = await self._dial(host, pid, info)
                 if dialled is not None:
-                    self._backoff.pop(pid, None)
+                    self._retry.succeeded(pid)
                     self._remember(info)
                     pin_address(host, dialled)
                 else:
-                    jitter = random.uniform(0.8, 1.2)
-                    cap = NAMED_BACKOFF_MAX_S if pid in self._named else BACKOFF_MAX_S
-                    self._backoff[pid] = (time.monotonic() + delay * jitter, min(cap, delay * 2))
+                    self._retry.failed(pid, NAMED_BACKOFF_MAX_S if pid in self._named else None)
             self._refresh_connected(host)
             await trio.sleep(LOOP_INTERVAL_S)
 
@@ -185,28 +181,10 @@ def _forget_failures(host, info: PeerInfo) -> None:
         cache.evict(str(info.peer_id))
 
 
-class DialCooldown:
+class DialCooldown(PeerBackoff):
     """Peers that could not be dialled lately, each blocked for 30 s, doubling per failure to 10 min.
 
     Written on the network thread, read from the round loop (whom not to plan fetches from)."""
 
     def __init__(self, clock=time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._until: dict[str, tuple[float, float]] = {}  # peer -> (blocked until, next delay)
-
-    def failed(self, peer: str) -> None:
-        with self._lock:
-            _, delay = self._until.pop(peer, (0.0, COOLDOWN_FIRST_S))
-            self._until[peer] = (self._clock() + delay, min(COOLDOWN_MAX_S, delay * 2))
-            while len(self._until) > MAX_COOLDOWNS:
-                self._until.pop(next(iter(self._until)))
-
-    def succeeded(self, peer: str) -> None:
-        with self._lock:
-            self._until.pop(peer, None)
-
-    def blocked(self, peer: str) -> bool:
-        with self._lock:
-            entry = self._until.get(peer)
-            return entry is not None and self._clock() < entry[0]
+        super().__init__(COOLDOWN_FIRST_S, COOLDOWN_MAX_S, max_peers=MAX_COOLDOWNS, clock=clock)
