@@ -16,6 +16,7 @@ from swarmling.app.swarm.identity import load_or_create, new_identity
 from swarmling.app.swarm.inbox import Inbox
 from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings
 from swarmling.app.swarm.pool import GroupPool
+from swarmling.app.swarm.streams import reset_quietly
 from swarmling.app.swarm.wire import (
     PROTOCOL_VERSION,
     AnnouncedGroup,
@@ -126,10 +127,7 @@ class Hostile(SwarmHost):
             except Exception:  # noqa: BLE001 — the victim hanging up is an answer too
                 pass
             finally:
-                try:
-                    await stream.reset()
-                except Exception:  # noqa: BLE001
-                    pass
+                await reset_quietly(stream)
             return got
 
         return run_on_network_thread(self, go)
@@ -185,10 +183,7 @@ def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s:
                 await trio.sleep(hold_s)
         finally:
             for stream in streams:
-                try:
-                    await stream.reset()
-                except Exception:  # noqa: BLE001
-                    pass
+                await reset_quietly(stream)
 
     on_network_thread(host, lambda: trio.lowlevel.spawn_system_task(hold))
 

@@ -37,6 +37,7 @@ from libp2p.peer.peerinfo import PeerInfo
 
 from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr, pin_address
 from .relay import is_circuit, relay_of
+from .streams import read_exact, read_line, remote_peer, reset_quietly
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -223,7 +224,7 @@ class BundleExchange:
 
     async def serve(self, stream) -> None:
         """The protocol's stream handler: answer one request within its deadlines, then close."""
-        peer = _remote_peer(stream)
+        peer = remote_peer(stream)
         if peer in self._transient:
             self._transient[peer] = time.monotonic()
         if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER or (_is_relayed(stream) and not self.relayed_serves.take(peer)):
@@ -261,7 +262,7 @@ async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, s
     """Ask for one bundle on an open stream: (body, "") or (None, why not)."""
     await stream.write(digest.encode("ascii") + b"\n")
     with trio.move_on_after(FIRST_BYTE_S) as waiting:
-        header = await _read_exact(stream, 4)
+        header = await read_exact(stream, 4)
     if waiting.cancelled_caught:
         return None, f"no reply within {FIRST_BYTE_S:.0f} s"
     (length,) = struct.unpack(">I", header)
@@ -270,15 +271,8 @@ async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, s
     if length > max_bytes:
         return None, f"announced bundle is {length} bytes, over the {max_bytes} limit"
     with trio.move_on_after(FIRST_BYTE_S + length / MIN_RATE_BPS):
-        return await _read_exact(stream, length), ""
+        return await read_exact(stream, length), ""
     return None, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s"
-
-
-async def reset_quietly(stream) -> None:
-    try:
-        await stream.reset()
-    except Exception:  # noqa: BLE001 — already closed or gone
-        pass
 
 
 class RelayedServes:
@@ -308,39 +302,8 @@ def _is_relayed(stream) -> bool:
         return False
 
 
-def _remote_peer(stream) -> str:
-    try:
-        return stream.muxed_conn.peer_id.to_base58()
-    except AttributeError:
-        return "?"
-
-
 def _peer_info_or_none(text: str) -> PeerInfo | None:
     try:
         return parse_peer_addr(text)
     except ValueError:
         return None
-
-
-async def _read_exact(stream, n: int) -> bytes:
-    """libp2p streams return partial chunks: read until n bytes or EOF (an error)."""
-    parts, got = [], 0
-    while got < n:
-        chunk = await stream.read(n - got)
-        if not chunk:
-            raise EOFError(f"stream ended after {got} of {n} bytes")
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-async def read_line(stream, limit: int) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        if len(data) >= limit:
-            raise ValueError("request line too long")
-        chunk = await stream.read(1)
-        if not chunk:
-            raise EOFError("request ended early")
-        data += chunk
-    return data[:-1]
