@@ -22,7 +22,7 @@ from swarmling.app.swarm.invite import (
     join,
     make_invite,
 )
-from swarmling.app.swarm.resolve import resolve
+from swarmling.app.swarm.dialer import resolve
 
 PID = "12D3KooWNbvaAJTvYPg1DKRCXjsqjZFvgAer24bFLPraNPLbjja1"
 HELPER = f"/ip4/203.0.113.7/tcp/38433/p2p/{PID}"

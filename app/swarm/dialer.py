@@ -9,7 +9,7 @@ whatever the swarm's size.
 A target is always dialled at its configured address, whatever identify said since (the address
 is pinned in the peerstore, peerstore.py), and a named target skips py-libp2p's 60 s "recently
 failed" cache: a restarted bootstrap or helper is found again at the next try (≤ 15 s).
-A target named by DNS (`/dns4/helper.example.org/…`) is resolved at each try (resolve.py: py-libp2p
+A target named by DNS (`/dns4/helper.example.org/…`) is resolved at each try (`resolve`: py-libp2p
 0.8.1 cannot) and its IP addresses are dialled; the name is what is remembered.
 `DialCooldown` is the same idea for the authors of bundles: one that could not be dialled is not
 dialled again for a while, so it cannot keep taking fetch slots.
@@ -18,6 +18,7 @@ dialled again for a while, so it cannot keep taking fetch slots.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
@@ -26,7 +27,6 @@ import trio
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from .backoff import PeerBackoff
-from .resolve import is_dns, resolve
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -37,6 +37,8 @@ MAX_DIAL_TARGETS = 256  # discovered peers beyond this are not dialled
 LOOP_INTERVAL_S = 1.0
 COOLDOWN_FIRST_S, COOLDOWN_MAX_S = 30.0, 600.0
 MAX_COOLDOWNS = 1024
+DNS_FAMILIES = {"dns": socket.AF_UNSPEC, "dns4": socket.AF_INET, "dns6": socket.AF_INET6}
+MAX_RESOLVED = 4  # addresses of one name worth a dial each (IPv4 first)
 
 
 def parse_peer_addr(text: str) -> PeerInfo:
@@ -188,3 +190,40 @@ class DialCooldown(PeerBackoff):
 
     def __init__(self, clock=time.monotonic) -> None:
         super().__init__(COOLDOWN_FIRST_S, COOLDOWN_MAX_S, max_peers=MAX_COOLDOWNS, clock=clock)
+
+
+# ---- peer addresses named by DNS (/dns, /dns4, /dns6), resolved by the system's resolver ---------------
+#
+# py-libp2p 0.8.1's TCP transport resolves /dns* itself with dnspython, which asks the nameservers
+# in resolv.conf and never reads /etc/hosts (so `/dns4/localhost/…` and names from a VPN's or the
+# LAN's own resolver fail), and when that answers nothing it dials the unresolved address, which
+# fails too: measured, a node given `/dns4/localhost/tcp/<port>/p2p/<id>` never connected. Here the
+# name goes through getaddrinfo (the hosts file, the system's resolvers, as any program would) at
+# every dial, so a helper that moves to a new IP is found at its name; the dialler then dials the
+# /ip4 and /ip6 addresses, which py-libp2p handles.
+
+
+def is_dns(addr: str) -> bool:
+    """`/dns…/<name>/…`: an address that names its host instead of giving its IP."""
+    return addr.split("/")[1:2] in (["dns"], ["dns4"], ["dns6"])
+
+
+async def resolve(addr: str) -> list[str]:
+    """`/dns4/helper.example.org/tcp/38433/p2p/<id>` → `['/ip4/203.0.113.7/tcp/38433/p2p/<id>', …]`.
+
+    An address that is not a DNS one comes back as it is. OSError (socket.gaierror) when the name
+    does not resolve; no address is returned twice, at most MAX_RESOLVED, IPv4 ones first."""
+    parts = addr.split("/")
+    if not is_dns(addr) or len(parts) < 4:
+        return [addr]
+    name, rest = parts[2], "/".join(parts[3:])
+    infos = await trio.socket.getaddrinfo(name, None, family=DNS_FAMILIES[parts[1]], type=socket.SOCK_STREAM)
+    out = []
+    for family, *_, sockaddr in sorted(infos, key=lambda info: info[0] != socket.AF_INET):
+        if family == socket.AF_INET:
+            out.append(f"/ip4/{sockaddr[0]}/{rest}")
+        elif family == socket.AF_INET6:
+            out.append(f"/ip6/{sockaddr[0].split('%')[0]}/{rest}")
+    if not out:
+        raise socket.gaierror(f"{name} has no IPv4 or IPv6 address")
+    return list(dict.fromkeys(out))[:MAX_RESOLVED]
