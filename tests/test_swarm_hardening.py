@@ -34,7 +34,7 @@ from waiting import wait_until
 
 from swarmling.app.swarm import admission, pubsub_guard
 from swarmling.app.swarm.board import NEWCOMER_BUNDLES
-from swarmling.app.swarm.bundle_protocol import ABANDONED
+from swarmling.app.swarm.bundle_protocol import FetchOutcome
 from swarmling.app.swarm.host import CONNECTIONS
 from swarmling.app.swarm.identity import new_identity
 from swarmling.app.swarm.wire import PROTOCOL_VERSION, Announcement, digest, encode_announcement
@@ -205,7 +205,7 @@ def test_fetches_pending_at_shutdown_are_recorded(tmp_path):
         b.stop()
         h.stop()
     assert b._fetches_pending == 0
-    assert any(ABANDONED in f for f in b.round_stats()["fetch_failures"])
+    assert any(FetchOutcome.ABANDONED.value in f for f in b.round_stats()["fetch_failures"])
 
 
 def test_silent_connections_are_reaped_and_new_peers_still_get_in(tmp_path):

@@ -10,7 +10,7 @@ from collections import deque
 import trio
 from libp2p.peer.id import ID
 
-from swarmling.app.swarm.bundle_protocol import NO_ROUTE, NOT_THE_PEERS_FAULT, BundleExchange, RelayedServes
+from swarmling.app.swarm.bundle_protocol import BundleExchange, FetchOutcome, RelayedServes
 from swarmling.app.swarm.dialer import DialCooldown
 from swarmling.app.swarm.host import HostSettings, SwarmHost
 from swarmling.app.swarm.identity import new_identity
@@ -80,13 +80,14 @@ def exchange(host: FakeHost, cooldown: DialCooldown) -> BundleExchange:
 def test_an_author_with_relay_slots_is_dialled_through_them_and_blamed_only_when_its_helper_is_up():
     # helper connected: the circuit failing is the author's doing (its slot is gone, or it is)
     host, cooldown = FakeHost(connected=(HELPER,)), DialCooldown()
-    why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
+    outcome, why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
     assert host.dialled == [CIRCUIT]  # its LAN address is for its LAN's peers (mDNS)
-    assert why.startswith("dial failed") and why not in NOT_THE_PEERS_FAULT and cooldown.blocked(AUTHOR)
+    assert why.startswith("dial failed") and outcome.blames_peer and cooldown.blocked(AUTHOR)
     # helper gone (restarting): nobody's fault, no cooldown, so trading resumes when it is back
     host, cooldown = FakeHost(), DialCooldown()
-    why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
-    assert why == NO_ROUTE and why in NOT_THE_PEERS_FAULT and not cooldown.blocked(AUTHOR)
+    outcome, why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
+    assert outcome is FetchOutcome.NO_ROUTE and why == FetchOutcome.NO_ROUTE.value and not outcome.blames_peer \
+        and not cooldown.blocked(AUTHOR)
 
 
 def test_an_author_without_relay_slots_is_dialled_at_its_addresses_in_order():
@@ -199,8 +200,9 @@ def test_a_circuit_that_is_slow_to_open_is_held_against_nobody(monkeypatch):
         await trio.sleep(10)
 
     ex._dial_circuit = hangs
-    why = trio.run(ex._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
-    assert why == bp.SLOW_CIRCUIT and why in NOT_THE_PEERS_FAULT and not cooldown.blocked(AUTHOR)
+    outcome, why = trio.run(ex._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
+    assert outcome is FetchOutcome.SLOW_CIRCUIT and why == FetchOutcome.SLOW_CIRCUIT.value and not outcome.blames_peer \
+        and not cooldown.blocked(AUTHOR)
 
 
 def test_the_py_libp2p_internals_the_relay_and_the_pubsub_guard_override_are_still_there():

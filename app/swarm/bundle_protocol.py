@@ -19,11 +19,13 @@ keeps delivering:
   MAX_SERVING_PER_PEER of the MAX_SERVING upload slots, a stream waits at most SERVE_QUEUE_S for
   one, and the reply must leave at MIN_RATE_BPS: streams that never ask, or read slowly, are reset.
   Uploads over a helper's relay are bounded per minute (RELAYED_SERVES) on top of that.
-Every fetch asked for gets an outcome (`FetchDone`), even one cut short by the host stopping.
+Every fetch asked for gets an outcome (`FetchDone`, with a `FetchOutcome`), even one cut short by
+the host stopping.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import struct
 import time
@@ -56,16 +58,31 @@ MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peer
 REQUEST_LINE_LIMIT = 80
 CLOSE_TIMEOUT_S = 2.0  # closing a connection made only for one fetch
 IDLE_CLOSE_S = 10.0  # a connection made only for fetches is closed after this long without one
-ABANDONED = "not fetched: the swarm host stopped first"
-IN_FLIGHT = "a fetch from this peer is already in flight"
-COOLING = "could not be dialled lately: not tried again yet"
-NO_ROUTE = "not fetched: the helper relaying for this peer could not be reached"
-SLOW_CIRCUIT = "not fetched: the circuit through the peer's helper did not open in time"
 CIRCUIT_DIAL_TIMEOUT_S = 10.0  # two hops and three parties' handshakes
-NOT_THE_PEERS_FAULT = frozenset({ABANDONED, IN_FLIGHT, COOLING, NO_ROUTE, SLOW_CIRCUIT})  # outcomes that say nothing of the peer
+
+
+class FetchOutcome(enum.Enum):
+    """How a fetch ended. Only FAILED counts against the author; the others say nothing of it
+    (ours, or its helper's doing). A value is the outcome in words, as the round's record gives it
+    (`SwarmRoundStats.fetch_failures`); FAILED's words come with each failure (what went wrong)."""
+
+    FETCHED = "fetched"
+    FAILED = "failed"
+    ABANDONED = "not fetched: the swarm host stopped first"
+    IN_FLIGHT = "a fetch from this peer is already in flight"
+    COOLING = "could not be dialled lately: not tried again yet"
+    NO_ROUTE = "not fetched: the helper relaying for this peer could not be reached"
+    SLOW_CIRCUIT = "not fetched: the circuit through the peer's helper did not open in time"
+
+    @property
+    def blames_peer(self) -> bool:
+        return self is FetchOutcome.FAILED
+
 
 BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we still have it
-FetchDone = Callable[[str, str, bytes | None, str, float], None]  # peer, digest, body|None, why, seconds
+# peer, digest, body (None unless FETCHED), how it ended, that in words ("" when fetched), seconds
+FetchDone = Callable[[str, str, bytes | None, FetchOutcome, str, float], None]
+Outcome = tuple[FetchOutcome, str]  # how a fetch ended, and that in words
 
 
 class BundleExchange:
@@ -110,25 +127,25 @@ class BundleExchange:
     async def fetch(self, peer: str, digest: str, max_bytes: int, addrs: tuple[str, ...]) -> None:
         """Fetch one bundle; the outcome, success or why not, always goes to `on_fetched`."""
         started = time.perf_counter()
-        body, why = None, ABANDONED  # what stays if the host stops under us
+        body, (outcome, why) = None, _said(FetchOutcome.ABANDONED)  # what stays if the host stops under us
         try:
-            body, why = await self._fetch_once(peer, digest, max_bytes, addrs)
+            body, (outcome, why) = await self._fetch_once(peer, digest, max_bytes, addrs)
         finally:
             seconds = time.perf_counter() - started
             if body is not None:
                 self._latencies_s.append(seconds)
-            self._on_fetched(peer, digest, body, why, seconds)
+            self._on_fetched(peer, digest, body, outcome, why, seconds)
 
-    async def _fetch_once(self, peer: str, digest: str, max_bytes: int, addrs) -> tuple[bytes | None, str]:
+    async def _fetch_once(self, peer: str, digest: str, max_bytes: int, addrs) -> tuple[bytes | None, Outcome]:
         if peer in self._fetching:
-            return None, IN_FLIGHT
+            return None, _said(FetchOutcome.IN_FLIGHT)
         self._fetching.add(peer)
         transient = False
         try:
             pid = ID.from_base58(peer)
             if peer not in {p.to_base58() for p in self._host.get_connected_peers()}:
                 failed = await self._dial(peer, pid, addrs)
-                if failed:
+                if failed is not None:
                     return None, failed
                 # A connection made only for fetches is closed once idle (close_idle): every open
                 # connection carries gossip control traffic, so keeping them would make a
@@ -142,16 +159,16 @@ class BundleExchange:
                     finally:
                         await reset_quietly(stream)
             assert scope.cancelled_caught
-            return None, f"fetch timed out after {self._timeout_s:.0f} s"
+            return None, (FetchOutcome.FAILED, f"fetch timed out after {self._timeout_s:.0f} s")
         except Exception as exc:  # noqa: BLE001 — the peer vanished, reset, spoke nonsense
-            return None, f"fetch failed: {type(exc).__name__}: {exc}"[:200]
+            return None, (FetchOutcome.FAILED, f"fetch failed: {type(exc).__name__}: {exc}"[:200])
         finally:
             self._fetching.discard(peer)
             if transient:
                 self._transient[peer] = time.monotonic()  # closed once idle: close_idle()
 
-    async def _dial(self, peer: str, pid: ID, addrs) -> str:
-        """Connect to an author for a fetch; "" once connected, else why not (and it cools down).
+    async def _dial(self, peer: str, pid: ID, addrs) -> Outcome | None:
+        """Connect to an author for a fetch; None once connected, else why not (and it cools down).
 
         The announced addresses are tried in the author's order, which puts the one peers can
         reach first (a public address a helper confirmed, else its slots on helpers' relays), at
@@ -163,7 +180,7 @@ class BundleExchange:
         nor is refused within CIRCUIT_DIAL_TIMEOUT_S says as little (three parties' handshakes, any
         of them slow): SLOW_CIRCUIT, tried again next round, not held against the author."""
         if self._cooldown.blocked(peer):
-            return COOLING
+            return _said(FetchOutcome.COOLING)
         attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid
                     and (not is_circuit(a) or relay_of(a))]  # a circuit must name its helper
         if self._dial_circuit is None:
@@ -171,22 +188,22 @@ class BundleExchange:
         elif any(is_circuit(a) for a in attempts):
             attempts = [a for a in attempts if is_circuit(a)]
         if not attempts:
-            return "not connected and no address announced"
-        why, blamed = "", False
+            return FetchOutcome.FAILED, "not connected and no address announced"
+        failure, blamed = None, False
         async with self._dial_limit:
             for addr in attempts[:MAX_DIAL_ATTEMPTS]:
                 helper_up = not is_circuit(addr) or relay_of(addr) in {p.to_base58() for p in self._host.get_connected_peers()}
-                why = await self._dial_one(addr)
-                if not why:
+                failure = await self._dial_one(addr)
+                if failure is None:
                     self._cooldown.succeeded(peer)
-                    return ""
-                blamed = blamed or (helper_up and why != SLOW_CIRCUIT)
+                    return None
+                blamed = blamed or (helper_up and failure[0] is not FetchOutcome.SLOW_CIRCUIT)
         if not blamed:
-            return why if why == SLOW_CIRCUIT else NO_ROUTE
+            return failure if failure[0] is FetchOutcome.SLOW_CIRCUIT else _said(FetchOutcome.NO_ROUTE)
         self._cooldown.failed(peer)
-        return why
+        return failure
 
-    async def _dial_one(self, addr: str) -> str:
+    async def _dial_one(self, addr: str) -> Outcome | None:
         with trio.move_on_after(CIRCUIT_DIAL_TIMEOUT_S if is_circuit(addr) else DIAL_TIMEOUT_S):
             try:
                 if is_circuit(addr):
@@ -195,10 +212,12 @@ class BundleExchange:
                     info = parse_peer_addr(addr)
                     await self._host.connect(info)
                     pin_address(self._host, info)
-                return ""
+                return None
             except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
-                return f"dial failed: {type(exc).__name__}: {exc}"[:200]
-        return SLOW_CIRCUIT if is_circuit(addr) else f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
+                return FetchOutcome.FAILED, f"dial failed: {type(exc).__name__}: {exc}"[:200]
+        if is_circuit(addr):
+            return _said(FetchOutcome.SLOW_CIRCUIT)
+        return FetchOutcome.FAILED, f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
 
     async def close_idle(self) -> None:
         """Close connections made only for fetches once no bundle has crossed them for IDLE_CLOSE_S.
@@ -258,21 +277,26 @@ class BundleExchange:
         return False
 
 
-async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, str]:
-    """Ask for one bundle on an open stream: (body, "") or (None, why not)."""
+async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, Outcome]:
+    """Ask for one bundle on an open stream: (body, FETCHED) or (None, why not)."""
     await stream.write(digest.encode("ascii") + b"\n")
     with trio.move_on_after(FIRST_BYTE_S) as waiting:
         header = await read_exact(stream, 4)
     if waiting.cancelled_caught:
-        return None, f"no reply within {FIRST_BYTE_S:.0f} s"
+        return None, (FetchOutcome.FAILED, f"no reply within {FIRST_BYTE_S:.0f} s")
     (length,) = struct.unpack(">I", header)
     if length == 0:
-        return None, "the peer no longer has that bundle"
+        return None, (FetchOutcome.FAILED, "the peer no longer has that bundle")
     if length > max_bytes:
-        return None, f"announced bundle is {length} bytes, over the {max_bytes} limit"
+        return None, (FetchOutcome.FAILED, f"announced bundle is {length} bytes, over the {max_bytes} limit")
     with trio.move_on_after(FIRST_BYTE_S + length / MIN_RATE_BPS):
-        return await read_exact(stream, length), ""
-    return None, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s"
+        return await read_exact(stream, length), (FetchOutcome.FETCHED, "")
+    return None, (FetchOutcome.FAILED, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s")
+
+
+def _said(outcome: FetchOutcome) -> Outcome:
+    """An outcome that needs no more words than its own."""
+    return outcome, outcome.value
 
 
 class RelayedServes:

@@ -59,7 +59,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from .addresses import dialable_addrs, interface_hosts, is_loopback
 from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
 from .board import Verdict
-from .bundle_protocol import ABANDONED, BundleExchange, BundleSource, FetchDone
+from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome
 from .counting_transport import Counters, CountingTCP
 from .dialer import DialCooldown, Dialer, parse_peer_addr
 from .identity import peer_id_of
@@ -392,7 +392,7 @@ class SwarmHost:
                 peer, digest, _max_bytes, _addrs = fetch_recv.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
-            self._on_fetched(peer, digest, None, ABANDONED, 0.0)
+            self._on_fetched(peer, digest, None, FetchOutcome.ABANDONED, FetchOutcome.ABANDONED.value, 0.0)
 
     async def _serve_stream(self, stream) -> None:
         # The bundle protocol's handler, as a method: a test peer overrides it to misbehave.

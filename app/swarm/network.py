@@ -32,7 +32,7 @@ from ...backends.atomic import write_atomic
 from ..events import PeerView
 from ..learning.rollout import QuestionGroup
 from .board import Board
-from .bundle_protocol import NOT_THE_PEERS_FAULT
+from .bundle_protocol import FetchOutcome
 from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
 from .reachability import Reachability
 from .relay import is_circuit
@@ -277,12 +277,13 @@ class SwarmNetwork:
         with self._own_lock:
             return self._own.get(wanted)
 
-    def _on_fetched(self, peer: str, wanted: str, body: bytes | None, why: str, seconds: float) -> None:
+    def _on_fetched(self, peer: str, wanted: str, body: bytes | None, outcome: FetchOutcome, why: str,
+                    seconds: float) -> None:
         with self._pending_lock:
             self._fetches_pending = max(0, self._fetches_pending - 1)
         if body is None:
             self._fetch_failures.append(f"{peer[:16]}: {why}")
-            if why not in NOT_THE_PEERS_FAULT:
+            if outcome.blames_peer:
                 self.reputation.fetch_failed(peer)
             return
         if digest(body) != wanted:
