@@ -5,13 +5,11 @@ namespace lab: test_netlab_relay.py."""
 
 from __future__ import annotations
 
-from collections import deque
-
 import trio
 from libp2p.peer.id import ID
 
-from swarmling.app.swarm.bundle_protocol import BundleExchange, FetchOutcome, RelayedServes
-from swarmling.app.swarm.dialer import DialCooldown
+from swarmling.app.swarm.bundle_protocol import FetchOutcome, RelayedServes
+from swarmling.app.swarm.dialer import AuthorDialer, DialCooldown
 from swarmling.app.swarm.host import HostSettings, SwarmHost
 from swarmling.app.swarm.identity import new_identity
 from swarmling.app.swarm.reachability import Reachability, ask_dialback, routable
@@ -54,7 +52,7 @@ def test_a_node_announces_where_peers_reach_it_first(tmp_path):
 
 
 class FakeHost:
-    """Connections and dials as BundleExchange sees them; every dial fails."""
+    """Connections and dials as AuthorDialer sees them; every dial fails."""
 
     def __init__(self, connected: tuple[str, ...] = ()) -> None:
         self.connected = [ID.from_base58(p) for p in connected]
@@ -68,24 +66,23 @@ class FakeHost:
         raise ConnectionError("no route")
 
 
-def exchange(host: FakeHost, cooldown: DialCooldown) -> BundleExchange:
+def author_dialer(host: FakeHost, cooldown: DialCooldown) -> AuthorDialer:
     async def dial_circuit(addr: str) -> None:
         host.dialled.append(addr)
         raise ConnectionError("relay refused")
 
-    return BundleExchange(host, "/p", 5.0, lambda d: None, lambda *a: None, deque(), lambda p: False, cooldown,
-                          dial_circuit=dial_circuit)
+    return AuthorDialer(host, cooldown, dial_circuit=dial_circuit)
 
 
 def test_an_author_with_relay_slots_is_dialled_through_them_and_blamed_only_when_its_helper_is_up():
     # helper connected: the circuit failing is the author's doing (its slot is gone, or it is)
     host, cooldown = FakeHost(connected=(HELPER,)), DialCooldown()
-    outcome, why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
+    outcome, why = trio.run(author_dialer(host, cooldown).dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
     assert host.dialled == [CIRCUIT]  # its LAN address is for its LAN's peers (mDNS)
     assert why.startswith("dial failed") and outcome.blames_peer and cooldown.blocked(AUTHOR)
     # helper gone (restarting): nobody's fault, no cooldown, so trading resumes when it is back
     host, cooldown = FakeHost(), DialCooldown()
-    outcome, why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
+    outcome, why = trio.run(author_dialer(host, cooldown).dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
     assert outcome is FetchOutcome.NO_ROUTE and why == FetchOutcome.NO_ROUTE.value and not outcome.blames_peer \
         and not cooldown.blocked(AUTHOR)
 
@@ -93,7 +90,7 @@ def test_an_author_with_relay_slots_is_dialled_through_them_and_blamed_only_when
 def test_an_author_without_relay_slots_is_dialled_at_its_addresses_in_order():
     host, cooldown = FakeHost(), DialCooldown()
     second = f"/ip4/100.64.1.3/tcp/4001/p2p/{AUTHOR}"
-    trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (LAN, second))
+    trio.run(author_dialer(host, cooldown).dial, AUTHOR, ID.from_base58(AUTHOR), (LAN, second))
     assert [a.split("/p2p/")[0] for a in host.dialled] == [LAN.split("/p2p/")[0], second.split("/p2p/")[0]]
     assert cooldown.blocked(AUTHOR)
 
@@ -190,17 +187,17 @@ class SimpleHost:
 
 
 def test_a_circuit_that_is_slow_to_open_is_held_against_nobody(monkeypatch):
-    import swarmling.app.swarm.bundle_protocol as bp
+    import swarmling.app.swarm.dialer as dialer
 
-    monkeypatch.setattr(bp, "CIRCUIT_DIAL_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(dialer, "CIRCUIT_DIAL_TIMEOUT_S", 0.05)
     host, cooldown = FakeHost(connected=(HELPER,)), DialCooldown()
-    ex = exchange(host, cooldown)
+    authors = author_dialer(host, cooldown)
 
     async def hangs(addr: str) -> None:
         await trio.sleep(10)
 
-    ex._dial_circuit = hangs
-    outcome, why = trio.run(ex._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
+    authors._dial_circuit = hangs
+    outcome, why = trio.run(authors.dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
     assert outcome is FetchOutcome.SLOW_CIRCUIT and why == FetchOutcome.SLOW_CIRCUIT.value and not outcome.blames_peer \
         and not cooldown.blocked(AUTHOR)
 

@@ -8,13 +8,11 @@ it: a node asks the author directly, on the swarm's bundle protocol. Framing:
 
 Every wait has a deadline sized to what it waits for, so a peer can hold a slot only as long as it
 keeps delivering:
-- fetching: a connection that exists (either direction) is used; else dialling the author has its
-  own slots (MAX_DIALING) and a short deadline per address (DIAL_TIMEOUT_S), in the author's
-  order (public address, else its relay slots: relay.py), and an author that could not be
-  dialled is not tried again for a while
-  (`DialCooldown`): unreachable authors never hold the transfer slots (MAX_FETCHING) that
-  reachable ones need. A transfer must start within FIRST_BYTE_S and keep at least MIN_RATE_BPS
-  (and end within the fetch timeout); one transfer per author at a time.
+- fetching: a connection that exists (either direction) is used; else the author is dialled
+  first (`dial_author`: dialer.py's `AuthorDialer`, with its own slots and deadlines, and a
+  cooldown for authors it could not reach), so unreachable authors never hold the transfer slots
+  (MAX_FETCHING) that reachable ones need. A transfer must start within FIRST_BYTE_S and keep at
+  least MIN_RATE_BPS (and end within the fetch timeout); one transfer per author at a time.
 - serving: a request must arrive within REQUEST_TIMEOUT_S, a peer gets at most
   MAX_SERVING_PER_PEER of the MAX_SERVING upload slots, a stream waits at most SERVE_QUEUE_S for
   one, and the reply must leave at MIN_RATE_BPS: streams that never ask, or read slowly, are reset.
@@ -35,10 +33,8 @@ from collections.abc import Awaitable, Callable
 import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo
 
-from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr, pin_address
-from .relay import is_circuit, relay_of
+from .relay import is_circuit
 from .streams import read_exact, read_line, remote_peer, reset_quietly
 
 log = logging.getLogger("swarmling.swarm")
@@ -48,8 +44,6 @@ MAX_SERVING_PER_PEER = 2  # so a few peers cannot take them all
 SERVE_QUEUE_S = 2.0  # longest a request waits for an upload slot before its stream is reset
 REQUEST_TIMEOUT_S = 3.0  # a stream that has not asked for anything by then is reset
 MAX_FETCHING = 4  # transfers in flight at once
-MAX_DIALING = 2  # dials to unconnected authors at once, apart from the transfers
-MAX_DIAL_ATTEMPTS = 3  # announced addresses tried per fetch (public or relayed first, by the author)
 # Uploads through a helper's relay cost the helper's bandwidth too: at most this many per window
 # (a round is about a minute on a CPU node), whoever asks.
 RELAYED_SERVES, RELAYED_SERVES_PER_PEER, RELAYED_WINDOW_S = 16, 4, 60.0
@@ -58,7 +52,6 @@ MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peer
 REQUEST_LINE_LIMIT = 80
 CLOSE_TIMEOUT_S = 2.0  # closing a connection made only for one fetch
 IDLE_CLOSE_S = 10.0  # a connection made only for fetches is closed after this long without one
-CIRCUIT_DIAL_TIMEOUT_S = 10.0  # two hops and three parties' handshakes
 
 
 class FetchOutcome(enum.Enum):
@@ -83,6 +76,7 @@ BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we stil
 # peer, digest, body (None unless FETCHED), how it ended, that in words ("" when fetched), seconds
 FetchDone = Callable[[str, str, bytes | None, FetchOutcome, str, float], None]
 Outcome = tuple[FetchOutcome, str]  # how a fetch ended, and that in words
+DialAuthor = Callable[[str, ID, tuple[str, ...]], Awaitable[Outcome | None]]  # None: connected
 
 
 class BundleExchange:
@@ -97,8 +91,7 @@ class BundleExchange:
         on_fetched: FetchDone,
         latencies_s: deque[float],
         keeps_connection: Callable[[str], bool],
-        cooldown: DialCooldown,
-        dial_circuit: Callable[[str], Awaitable[None]] | None = None,
+        dial_author: DialAuthor,
     ) -> None:
         self._host = host
         self._protocol = protocol
@@ -107,11 +100,9 @@ class BundleExchange:
         self._on_fetched = on_fetched
         self._latencies_s = latencies_s  # successful fetches' durations are appended here
         self._keeps_connection = keeps_connection  # peer id -> is it a dial target
-        self._cooldown = cooldown  # authors we could not dial lately
-        self._dial_circuit = dial_circuit  # connects through a helper's relay (relay.py); None on helpers
+        self._dial_author = dial_author  # connects to an author we have no connection with (dialer.py)
         self.relayed_serves = RelayedServes()
         self._fetch_limit = trio.Semaphore(MAX_FETCHING)
-        self._dial_limit = trio.Semaphore(MAX_DIALING)
         self._serve_limit = trio.Semaphore(MAX_SERVING)
         self._fetching: set[str] = set()  # authors with a fetch in flight
         self._transient: dict[str, float] = {}  # peers connected only for fetches -> last bundle activity
@@ -127,7 +118,7 @@ class BundleExchange:
     async def fetch(self, peer: str, digest: str, max_bytes: int, addrs: tuple[str, ...]) -> None:
         """Fetch one bundle; the outcome, success or why not, always goes to `on_fetched`."""
         started = time.perf_counter()
-        body, (outcome, why) = None, _said(FetchOutcome.ABANDONED)  # what stays if the host stops under us
+        body, (outcome, why) = None, with_words(FetchOutcome.ABANDONED)  # what stays if the host stops under us
         try:
             body, (outcome, why) = await self._fetch_once(peer, digest, max_bytes, addrs)
         finally:
@@ -138,13 +129,13 @@ class BundleExchange:
 
     async def _fetch_once(self, peer: str, digest: str, max_bytes: int, addrs) -> tuple[bytes | None, Outcome]:
         if peer in self._fetching:
-            return None, _said(FetchOutcome.IN_FLIGHT)
+            return None, with_words(FetchOutcome.IN_FLIGHT)
         self._fetching.add(peer)
         transient = False
         try:
             pid = ID.from_base58(peer)
             if peer not in {p.to_base58() for p in self._host.get_connected_peers()}:
-                failed = await self._dial(peer, pid, addrs)
+                failed = await self._dial_author(peer, pid, addrs)
                 if failed is not None:
                     return None, failed
                 # A connection made only for fetches is closed once idle (close_idle): every open
@@ -166,58 +157,6 @@ class BundleExchange:
             self._fetching.discard(peer)
             if transient:
                 self._transient[peer] = time.monotonic()  # closed once idle: close_idle()
-
-    async def _dial(self, peer: str, pid: ID, addrs) -> Outcome | None:
-        """Connect to an author for a fetch; None once connected, else why not (and it cools down).
-
-        The announced addresses are tried in the author's order, which puts the one peers can
-        reach first (a public address a helper confirmed, else its slots on helpers' relays), at
-        most MAX_DIAL_ATTEMPTS of them and each within DIAL_TIMEOUT_S. An author that announces
-        relay slots is dialled only through them (its other addresses are its LAN's, whose
-        peers find it by mDNS), and when none of its helpers could be reached the author is not
-        to blame (NO_ROUTE: no cooldown, no mark on its record): a helper that restarts must not
-        leave its nodes shunning each other for minutes afterwards. A circuit that neither opens
-        nor is refused within CIRCUIT_DIAL_TIMEOUT_S says as little (three parties' handshakes, any
-        of them slow): SLOW_CIRCUIT, tried again next round, not held against the author."""
-        if self._cooldown.blocked(peer):
-            return _said(FetchOutcome.COOLING)
-        attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid
-                    and (not is_circuit(a) or relay_of(a))]  # a circuit must name its helper
-        if self._dial_circuit is None:
-            attempts = [a for a in attempts if not is_circuit(a)]
-        elif any(is_circuit(a) for a in attempts):
-            attempts = [a for a in attempts if is_circuit(a)]
-        if not attempts:
-            return FetchOutcome.FAILED, "not connected and no address announced"
-        failure, blamed = None, False
-        async with self._dial_limit:
-            for addr in attempts[:MAX_DIAL_ATTEMPTS]:
-                helper_up = not is_circuit(addr) or relay_of(addr) in {p.to_base58() for p in self._host.get_connected_peers()}
-                failure = await self._dial_one(addr)
-                if failure is None:
-                    self._cooldown.succeeded(peer)
-                    return None
-                blamed = blamed or (helper_up and failure[0] is not FetchOutcome.SLOW_CIRCUIT)
-        if not blamed:
-            return failure if failure[0] is FetchOutcome.SLOW_CIRCUIT else _said(FetchOutcome.NO_ROUTE)
-        self._cooldown.failed(peer)
-        return failure
-
-    async def _dial_one(self, addr: str) -> Outcome | None:
-        with trio.move_on_after(CIRCUIT_DIAL_TIMEOUT_S if is_circuit(addr) else DIAL_TIMEOUT_S):
-            try:
-                if is_circuit(addr):
-                    await self._dial_circuit(addr)
-                else:
-                    info = parse_peer_addr(addr)
-                    await self._host.connect(info)
-                    pin_address(self._host, info)
-                return None
-            except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
-                return FetchOutcome.FAILED, f"dial failed: {type(exc).__name__}: {exc}"[:200]
-        if is_circuit(addr):
-            return _said(FetchOutcome.SLOW_CIRCUIT)
-        return FetchOutcome.FAILED, f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
 
     async def close_idle(self) -> None:
         """Close connections made only for fetches once no bundle has crossed them for IDLE_CLOSE_S.
@@ -294,8 +233,8 @@ async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, O
     return None, (FetchOutcome.FAILED, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s")
 
 
-def _said(outcome: FetchOutcome) -> Outcome:
-    """An outcome that needs no more words than its own."""
+def with_words(outcome: FetchOutcome) -> Outcome:
+    """An outcome that needs no words beyond its own."""
     return outcome, outcome.value
 
 
@@ -324,10 +263,3 @@ def _is_relayed(stream) -> bool:
         return any(is_circuit(str(a)) for a in stream.muxed_conn.get_transport_addresses())
     except Exception:  # noqa: BLE001 — unknown: treat as direct
         return False
-
-
-def _peer_info_or_none(text: str) -> PeerInfo | None:
-    try:
-        return parse_peer_addr(text)
-    except ValueError:
-        return None

@@ -11,8 +11,9 @@ is pinned in the peerstore, peerstore.py), and a named target skips py-libp2p's 
 failed" cache: a restarted bootstrap or helper is found again at the next try (≤ 15 s).
 A target named by DNS (`/dns4/helper.example.org/…`) is resolved at each try (`resolve`: py-libp2p
 0.8.1 cannot) and its IP addresses are dialled; the name is what is remembered.
-`DialCooldown` is the same idea for the authors of bundles: one that could not be dialled is not
-dialled again for a while, so it cannot keep taking fetch slots.
+Bundles' authors are dialled here too, for a fetch (`AuthorDialer`, for bundle_protocol.py): with
+their own slots and deadlines, and `DialCooldown`, the same idea as a target's backoff: an author
+that could not be dialled is not dialled again for a while, so it cannot keep taking fetch slots.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ import socket
 import threading
 import time
 
+from collections.abc import Awaitable, Callable
+
 import multiaddr
 import trio
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from .backoff import PeerBackoff
+from .bundle_protocol import FetchOutcome, Outcome, with_words
+from .relay import is_circuit, relay_of
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -37,6 +43,9 @@ MAX_DIAL_TARGETS = 256  # discovered peers beyond this are not dialled
 LOOP_INTERVAL_S = 1.0
 COOLDOWN_FIRST_S, COOLDOWN_MAX_S = 30.0, 600.0
 MAX_COOLDOWNS = 1024
+MAX_DIALING = 2  # dials to unconnected authors at once, apart from the fetches' transfers
+MAX_DIAL_ATTEMPTS = 3  # announced addresses tried per fetch (public or relayed first, by the author)
+CIRCUIT_DIAL_TIMEOUT_S = 10.0  # two hops and three parties' handshakes
 DNS_FAMILIES = {"dns": socket.AF_UNSPEC, "dns4": socket.AF_INET, "dns6": socket.AF_INET6}
 MAX_RESOLVED = 4  # addresses of one name worth a dial each (IPv4 first)
 
@@ -190,6 +199,75 @@ class DialCooldown(PeerBackoff):
 
     def __init__(self, clock=time.monotonic) -> None:
         super().__init__(COOLDOWN_FIRST_S, COOLDOWN_MAX_S, max_peers=MAX_COOLDOWNS, clock=clock)
+
+
+class AuthorDialer:
+    """Connects to a bundle's author for a fetch (trio side only; one per life of the host)."""
+
+    def __init__(self, host, cooldown: DialCooldown, dial_circuit: Callable[[str], Awaitable[None]] | None = None) -> None:
+        self._host = host
+        self._cooldown = cooldown  # authors we could not dial lately
+        self._dial_circuit = dial_circuit  # connects through a helper's relay (relay.py); None on helpers
+        self._limit = trio.Semaphore(MAX_DIALING)
+
+    async def dial(self, peer: str, pid: ID, addrs: tuple[str, ...]) -> Outcome | None:
+        """Connect to an author for a fetch; None once connected, else why not (and it cools down).
+
+        The announced addresses are tried in the author's order, which puts the one peers can
+        reach first (a public address a helper confirmed, else its slots on helpers' relays), at
+        most MAX_DIAL_ATTEMPTS of them and each within DIAL_TIMEOUT_S. An author that announces
+        relay slots is dialled only through them (its other addresses are its LAN's, whose
+        peers find it by mDNS), and when none of its helpers could be reached the author is not
+        to blame (NO_ROUTE: no cooldown, no mark on its record): a helper that restarts must not
+        leave its nodes shunning each other for minutes afterwards. A circuit that neither opens
+        nor is refused within CIRCUIT_DIAL_TIMEOUT_S says as little (three parties' handshakes, any
+        of them slow): SLOW_CIRCUIT, tried again next round, not held against the author."""
+        if self._cooldown.blocked(peer):
+            return with_words(FetchOutcome.COOLING)
+        attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid
+                    and (not is_circuit(a) or relay_of(a))]  # a circuit must name its helper
+        if self._dial_circuit is None:
+            attempts = [a for a in attempts if not is_circuit(a)]
+        elif any(is_circuit(a) for a in attempts):
+            attempts = [a for a in attempts if is_circuit(a)]
+        if not attempts:
+            return FetchOutcome.FAILED, "not connected and no address announced"
+        failure, blamed = None, False
+        async with self._limit:
+            for addr in attempts[:MAX_DIAL_ATTEMPTS]:
+                helper_up = not is_circuit(addr) or relay_of(addr) in {p.to_base58() for p in self._host.get_connected_peers()}
+                failure = await self._dial_one(addr)
+                if failure is None:
+                    self._cooldown.succeeded(peer)
+                    return None
+                blamed = blamed or (helper_up and failure[0] is not FetchOutcome.SLOW_CIRCUIT)
+        if not blamed:
+            return failure if failure[0] is FetchOutcome.SLOW_CIRCUIT else with_words(FetchOutcome.NO_ROUTE)
+        self._cooldown.failed(peer)
+        return failure
+
+    async def _dial_one(self, addr: str) -> Outcome | None:
+        with trio.move_on_after(CIRCUIT_DIAL_TIMEOUT_S if is_circuit(addr) else DIAL_TIMEOUT_S):
+            try:
+                if is_circuit(addr):
+                    await self._dial_circuit(addr)
+                else:
+                    info = parse_peer_addr(addr)
+                    await self._host.connect(info)
+                    pin_address(self._host, info)
+                return None
+            except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
+                return FetchOutcome.FAILED, f"dial failed: {type(exc).__name__}: {exc}"[:200]
+        if is_circuit(addr):
+            return with_words(FetchOutcome.SLOW_CIRCUIT)
+        return FetchOutcome.FAILED, f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
+
+
+def _peer_info_or_none(text: str) -> PeerInfo | None:
+    try:
+        return parse_peer_addr(text)
+    except ValueError:
+        return None
 
 
 # ---- peer addresses named by DNS (/dns, /dns4, /dns6), resolved by the system's resolver ---------------

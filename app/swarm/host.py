@@ -59,9 +59,9 @@ from libp2p.tools.anyio_service import background_trio_service
 from .addresses import dialable_addrs, interface_hosts, is_loopback
 from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
 from .board import Verdict
-from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome
+from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome, with_words
 from .counting_transport import Counters, CountingTCP
-from .dialer import DialCooldown, Dialer, parse_peer_addr
+from .dialer import AuthorDialer, DialCooldown, Dialer, parse_peer_addr
 from .identity import peer_id_of
 from .peerstore import DialablePeerstore
 from .pubsub_guard import GuardedPubsub, IgnoredMessage
@@ -324,9 +324,10 @@ class SwarmHost:
         )
         pubsub = GuardedPubsub(host, gossipsub, strict_signing=True)
         self._pubsub = pubsub
+        authors = AuthorDialer(host, self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
                                        self.fetch_latency_s, keeps_connection=self._dialer.is_target,
-                                       cooldown=self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
+                                       dial_author=authors.dial)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
@@ -392,7 +393,7 @@ class SwarmHost:
                 peer, digest, _max_bytes, _addrs = fetch_recv.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
-            self._on_fetched(peer, digest, None, FetchOutcome.ABANDONED, FetchOutcome.ABANDONED.value, 0.0)
+            self._on_fetched(peer, digest, None, *with_words(FetchOutcome.ABANDONED), 0.0)
 
     async def _serve_stream(self, stream) -> None:
         # The bundle protocol's handler, as a method: a test peer overrides it to misbehave.
