@@ -104,9 +104,9 @@ def main(kind: str, home: str, port: int, bootstrap: str = "") -> None:
         if cmd == "state":
             reach = network.host.reachability()
             stats = network.round_stats()  # per-round figures: summed here since the start
-            for key in ("bytes_in", "bundle_bytes_in"):
-                totals[key] += stats[key]
-            totals["failures"] += stats["fetch_failures"]
+            totals["bytes_in"] += stats.bytes_in
+            totals["bundle_bytes_in"] += stats.bundle_bytes_in
+            totals["failures"] += stats.fetch_failures
             say(cmd=cmd, state=reach.state, describe=reach.describe(), announce=network.host.announce_addrs(),
                 peers=network.host.connected_peers(), fetched=network._fetched, heard=network.board.peers_heard(),
                 announcements=network.board.received,

@@ -115,7 +115,7 @@ def test_a_peer_that_trickles_a_bundle_is_cut_off_at_the_minimum_rate_and_cooled
         started = time.monotonic()
         assert b.plan_fetches(np.random.default_rng(0)) == 1
         failures: list[str] = []
-        assert wait_until(lambda: failures.extend(b.round_stats()["fetch_failures"]) or failures, timeout_s=15)
+        assert wait_until(lambda: failures.extend(b.round_stats().fetch_failures) or failures, timeout_s=15)
         assert "slower than" in failures[0] and time.monotonic() - started < 10
         assert b._not_now(h.peer_id)  # not asked again next round
     finally:
@@ -180,7 +180,7 @@ def test_unreachable_authors_do_not_hold_the_slots_of_reachable_ones(tmp_path):
         assert wait_until(lambda: c.inbox._queue.qsize() == 1, timeout_s=25)
         assert time.monotonic() - started < 4  # not queued behind the far ones
         failures: list[str] = []
-        assert wait_until(lambda: failures.extend(c.round_stats()["fetch_failures"]) or len(failures) >= far_tried,
+        assert wait_until(lambda: failures.extend(c.round_stats().fetch_failures) or len(failures) >= far_tried,
                           timeout_s=30)
         assert all("dial" in f for f in failures), failures
         assert sum(c.host.cooldown.blocked(pid) for pid in far) == far_tried  # not dialled again for a while
@@ -205,7 +205,7 @@ def test_fetches_pending_at_shutdown_are_recorded(tmp_path):
         b.stop()
         h.stop()
     assert b._fetches_pending == 0
-    assert any(FetchOutcome.ABANDONED.value in f for f in b.round_stats()["fetch_failures"])
+    assert any(FetchOutcome.ABANDONED.value in f for f in b.round_stats().fetch_failures)
 
 
 def test_silent_connections_are_reaped_and_new_peers_still_get_in(tmp_path):

@@ -47,8 +47,8 @@ def test_three_nodes_join_through_bootstrap_and_static_peers_and_fetch_bundles(t
         # the connection made for the fetch is closed again: connections stay bounded by whom c dials
         assert wait_until(lambda: a.peer_id not in c.host.connected_peers(), timeout_s=5)
         stats = c.round_stats()
-        assert stats["bundles_fetched"] == 1 and stats["bytes_in"] > len(body)
-        assert stats["announce_latency_s_p50"] is not None
+        assert stats.bundles_fetched == 1 and stats.bytes_in > len(body)
+        assert stats.announce_latency_s_p50 is not None
         assert c.plan_fetches(np.random.default_rng(0)) == 0  # never the same bundle twice
     finally:
         for s in (c, b, a):
@@ -164,7 +164,7 @@ def test_a_bundle_that_is_not_the_announced_one_costs_the_peer(pair):
     b.plan_fetches(np.random.default_rng(0))
     assert wait_until(lambda: (s := b.reputation.standing(h.peer_id)) is not None and s.refused == 1)
     assert b.inbox._queue.qsize() == 0
-    assert "does not match" in b.round_stats()["fetch_failures"][0]
+    assert "does not match" in b.round_stats().fetch_failures[0]
 
 
 @pytest.mark.parametrize(
@@ -184,7 +184,7 @@ def test_a_peer_that_breaks_off_a_transfer_is_survived(tmp_path, behaviour, fail
         assert wait_until(lambda: b.board.fresh())
         b.plan_fetches(np.random.default_rng(0))
         failures: list[str] = []
-        assert wait_until(lambda: failures.extend(b.round_stats()["fetch_failures"]) or failures, timeout_s=10)
+        assert wait_until(lambda: failures.extend(b.round_stats().fetch_failures) or failures, timeout_s=10)
         assert failure in failures[0]
         assert b.inbox._queue.qsize() == 0
         # and the node still works: an honest peer's bundle arrives afterwards

@@ -238,20 +238,20 @@ def node_stats(node: dict) -> dict:
     since, node["since"] = node.get("since", 0.0), time.time()
     out = {
         "node": node["index"],
-        "bytes_in": stats["bytes_in"],
-        "bytes_out": stats["bytes_out"],
-        "bundle_bytes_in": stats["bundle_bytes_in"],
-        "announcements": stats["announcements_in"] - node["announcements"],
-        "fetches": stats["bundles_fetched"] - node["fetched"],
-        "peers": stats["peers"],
-        "shards": stats["shards"],
+        "bytes_in": stats.bytes_in,
+        "bytes_out": stats.bytes_out,
+        "bundle_bytes_in": stats.bundle_bytes_in,
+        "announcements": stats.announcements_in - node["announcements"],
+        "fetches": stats.bundles_fetched - node["fetched"],
+        "peers": stats.peers,
+        "shards": stats.shards,
         "topics": sorted(net.host.shards.take_topics()),
         "heard_from": sorted({h.origin for h in net.board.fresh() if h.received >= since}),
         "estimate": net.shard_level.estimate,
-        "fetch_failures": stats["fetch_failures"][:3],
-        "fetches_pending": stats["fetches_pending"],
+        "fetch_failures": stats.fetch_failures[:3],
+        "fetches_pending": stats.fetches_pending,
     }
-    node["announcements"], node["fetched"] = stats["announcements_in"], stats["bundles_fetched"]
+    node["announcements"], node["fetched"] = stats.announcements_in, stats.bundles_fetched
     return out
 
 

@@ -121,7 +121,7 @@ class OnlineSwarm(OfflineSwarm):
             for peer, count in intake.admitted_by_peer.items():
                 admitted[peer] = admitted.get(peer, 0) + count
         self.network.record_intake(admitted, trained)
-        stats = SwarmRoundStats(**self.network.round_stats())
+        stats = self.network.round_stats()
         self._say_if_alone(stats.peers)
         return stats
 

@@ -31,6 +31,7 @@ from ...backends.atomic import write_atomic
 
 from ..events import PeerView
 from ..learning.rollout import QuestionGroup
+from ..learning.round_record import SwarmRoundStats
 from .board import Board
 from .bundle_protocol import FetchOutcome
 from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
@@ -243,7 +244,7 @@ class SwarmNetwork:
         """Wire bytes in and out since the node started."""
         return self.host.counters.snapshot()
 
-    def round_stats(self) -> dict:
+    def round_stats(self) -> SwarmRoundStats:
         self._save_known()  # each round, not only at a clean stop: a killed node rejoins too
         bytes_in, bytes_out = self.host.counters.snapshot()
         last_in, last_out = self._last_counters
@@ -253,24 +254,24 @@ class SwarmNetwork:
         fetch_s = list(self.host.fetch_latency_s)
         announce_s = self.board.take_latencies()
         bundle_bytes, self._bundle_bytes_in = self._bundle_bytes_in, 0
-        return {
-            "peers": len(self.host.connected_peers()),
-            "peers_heard": self.board.peers_heard(),
-            "bytes_in": bytes_in - last_in,
-            "bytes_out": bytes_out - last_out,
-            "announcements_in": self.board.received,
-            "announcements_refused": dict(self.board.refused),
-            "bundles_fetched": self._fetched,
-            "bundle_bytes_in": bundle_bytes,
-            "fetch_failures": failures[:5],
-            "fetch_seconds_p50": round(float(np.median(fetch_s)), 4) if fetch_s else None,
-            "announce_latency_s_p50": round(float(np.median(announce_s)), 4) if announce_s else None,
-            "fetches_pending": self._fetches_pending,
-            "host_restarts": self.host.health().restarts,
-            "reachability": self.host.reachability().state,
+        return SwarmRoundStats(
+            peers=len(self.host.connected_peers()),
+            peers_heard=self.board.peers_heard(),
+            bytes_in=bytes_in - last_in,
+            bytes_out=bytes_out - last_out,
+            announcements_in=self.board.received,
+            announcements_refused=dict(self.board.refused),
+            bundles_fetched=self._fetched,
+            bundle_bytes_in=bundle_bytes,
+            fetch_failures=failures[:5],
+            fetch_seconds_p50=round(float(np.median(fetch_s)), 4) if fetch_s else None,
+            announce_latency_s_p50=round(float(np.median(announce_s)), 4) if announce_s else None,
+            fetches_pending=self._fetches_pending,
+            host_restarts=self.host.health().restarts,
+            reachability=self.host.reachability().state,
             **self.host.gossip_figures(),
-            "shards": self.shard_level.shards,
-        }
+            shards=self.shard_level.shards,
+        )
 
     # ---- network-thread callbacks --------------------------------------------------------------
     def _serve(self, wanted: str) -> bytes | None:
