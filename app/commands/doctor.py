@@ -37,7 +37,7 @@ def swarm_report(config: Config, paths: Paths) -> None:
         return
     from ..swarm.host import SwarmError
     from ..swarm.identity import IdentityError
-    from ..swarm.probe import PROBE_TIMEOUT_S, probe
+    from ..swarm.helper import PROBE_TIMEOUT_S, probe
 
     print(f"  reachability: asking the helpers (up to {PROBE_TIMEOUT_S:.0f} s)…", flush=True)
     try:

@@ -39,6 +39,7 @@ import msgspec
 from pydantic import ValidationError
 
 from ..config import PEER_ADDR, Config, ConfigError, SwarmSection
+from .addresses import host_addr
 
 SCHEME = "swarmling"
 VERSION = 1
@@ -161,16 +162,6 @@ def own_hosts(listen_host: str, public_host: str = "") -> list[str]:
         except ValueError:
             continue
     return out
-
-
-def host_addr(host: str, port: int, peer_id: str) -> str:
-    """A peer address for an IP or a DNS name."""
-    try:
-        ip = ipaddress.ip_address(host)
-        proto = "ip4" if ip.version == 4 else "ip6"
-    except ValueError:
-        proto = "dns"
-    return f"/{proto}/{host}/tcp/{port}/p2p/{peer_id}"
 
 
 def make_invite(config: Config, data_dir: Path, helpers: Sequence[str] = (), public_host: str = "") -> tuple[str, Invite, list[str]]:
