@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from swarm_peers import SWARM, bundle_and_announcement, real_groups  # noqa: E402
 
 from swarmling.app.swarm.helper import Helper, HelperSettings  # noqa: E402
-from swarmling.app.swarm.identity import load_or_create  # noqa: E402
-from swarmling.app.swarm.inbox import Inbox  # noqa: E402
 from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings  # noqa: E402
-from swarmling.app.swarm.pool import GroupPool  # noqa: E402
-from swarmling.app.swarm.wire import digest  # noqa: E402
+from swarmling.app.swarm.p2p.identity import load_or_create  # noqa: E402
+from swarmling.app.swarm.verification.inbox import Inbox  # noqa: E402
+from swarmling.app.swarm.verification.pool import GroupPool  # noqa: E402
+from swarmling.app.swarm.verification.wire import digest  # noqa: E402
 
 
 def ask(proc, cmd: str, timeout: float = 30.0) -> dict:

@@ -11,13 +11,13 @@ import trio
 from libp2p.peer.id import ID
 from libp2p.utils.varint import encode_varint_prefixed
 
-from swarmling.app.swarm.host import GOSSIPSUB_PROTOCOL, HostSettings, SwarmHost
-from swarmling.app.swarm.identity import load_or_create, new_identity
-from swarmling.app.swarm.inbox import Inbox
+from swarmling.app.swarm.host.host import GOSSIPSUB_PROTOCOL, HostSettings, SwarmHost
 from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings
-from swarmling.app.swarm.pool import GroupPool
-from swarmling.app.swarm.streams import reset_quietly
-from swarmling.app.swarm.wire import (
+from swarmling.app.swarm.p2p.identity import load_or_create, new_identity
+from swarmling.app.swarm.p2p.streams import reset_quietly
+from swarmling.app.swarm.verification.inbox import Inbox
+from swarmling.app.swarm.verification.pool import GroupPool
+from swarmling.app.swarm.verification.wire import (
     PROTOCOL_VERSION,
     AnnouncedGroup,
     Announcement,
@@ -192,7 +192,7 @@ class SilentCrowd:
     """`n` bare libp2p hosts (fresh identities, no pubsub) that connect to a node and say nothing."""
 
     def __init__(self, n: int) -> None:
-        from swarmling.app.swarm.trio_bridge import TrioThread
+        from swarmling.app.swarm.p2p.trio_bridge import TrioThread
 
         self.n = n
         self.connected = 0
@@ -212,7 +212,7 @@ class SilentCrowd:
         from libp2p.crypto.x25519 import create_new_key_pair as x25519
         from libp2p.security.noise.transport import PROTOCOL_ID, Transport
 
-        from swarmling.app.swarm.dialer import parse_peer_addr
+        from swarmling.app.swarm.host.dialer import parse_peer_addr
 
         info = parse_peer_addr(self._target)
         self._thread.ready()
@@ -245,7 +245,7 @@ def churn_connections(target: str, n: int) -> int:
     from libp2p.crypto.x25519 import create_new_key_pair as x25519
     from libp2p.security.noise.transport import PROTOCOL_ID, Transport
 
-    from swarmling.app.swarm.dialer import parse_peer_addr
+    from swarmling.app.swarm.host.dialer import parse_peer_addr
 
     info = parse_peer_addr(target)
 

@@ -19,7 +19,7 @@ from swarmling.app.node.guest import Readings
 from swarmling.app.node.loop import Node
 from swarmling.app.paths import resolve_paths
 from swarmling.app.learning.round import run_round
-from swarmling.app.swarm.wire import bundle_from_groups, encode_bundle
+from swarmling.app.swarm.verification.wire import bundle_from_groups, encode_bundle
 from swarmling.app.learning.tasks import load_preset
 from test_round import SETTINGS
 

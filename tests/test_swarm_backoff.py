@@ -3,9 +3,9 @@ retries of a target, the cooldown of authors that could not be dialled, the host
 
 from __future__ import annotations
 
-from swarmling.app.swarm.backoff import Backoff, PeerBackoff
-from swarmling.app.swarm.dialer import BACKOFF_FIRST_S, BACKOFF_MAX_S, NAMED_BACKOFF_MAX_S, DialCooldown
-from swarmling.app.swarm.supervision import RestartBackoff
+from swarmling.app.swarm.host.backoff import Backoff, PeerBackoff
+from swarmling.app.swarm.host.dialer import BACKOFF_FIRST_S, BACKOFF_MAX_S, NAMED_BACKOFF_MAX_S, DialCooldown
+from swarmling.app.swarm.host.supervision import RestartBackoff
 
 
 class Clock:

@@ -14,8 +14,8 @@ from statistics import fmean
 import pytest
 
 from swarmling.app.commands import swarm_bench
-from swarmling.app.swarm import shards
-from swarmling.app.swarm.shards import parse_topic, shard_of
+from swarmling.app.swarm.verification import shards
+from swarmling.app.swarm.verification.shards import parse_topic, shard_of
 
 N = 8
 ROUND_S = 2.2

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from swarmling.app.events import Notice, SwarmUpdated
 from swarmling.app.learning.round_record import SwarmRoundStats
 from swarmling.app.swarm.facade import OfflineSwarm, OnlineSwarm
-from swarmling.app.swarm.reachability import Reachability
-from swarmling.app.swarm.supervision import HostHealth
+from swarmling.app.swarm.host.supervision import HostHealth
+from swarmling.app.swarm.nat.reachability import Reachability
 
 
 class StandInNetwork:

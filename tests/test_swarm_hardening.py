@@ -32,12 +32,12 @@ from swarm_peers import (
 )
 from waiting import wait_until
 
-from swarmling.app.swarm import admission, pubsub_guard
-from swarmling.app.swarm.board import NEWCOMER_BUNDLES
-from swarmling.app.swarm.bundle_protocol import FetchOutcome
-from swarmling.app.swarm.host import CONNECTIONS
-from swarmling.app.swarm.identity import new_identity
-from swarmling.app.swarm.wire import PROTOCOL_VERSION, Announcement, digest, encode_announcement
+from swarmling.app.swarm.host import admission, pubsub_guard
+from swarmling.app.swarm.host.bundle_protocol import FetchOutcome
+from swarmling.app.swarm.host.host import CONNECTIONS
+from swarmling.app.swarm.p2p.identity import new_identity
+from swarmling.app.swarm.verification.board import NEWCOMER_BUNDLES
+from swarmling.app.swarm.verification.wire import PROTOCOL_VERSION, Announcement, digest, encode_announcement
 
 # Each reproduction runs real hosts for seconds to a minute: the full suite (CI) runs them, the fast tier does not.
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from swarm_peers import Hostile, bundle_and_announcement, connected_pair, honest
 from waiting import wait_until
 
 from swarmling.app.learning.prompt import PromptFormat
-from swarmling.app.swarm.intake import IntakeContext
-from swarmling.app.swarm.wire import digest
+from swarmling.app.swarm.verification.intake import IntakeContext
+from swarmling.app.swarm.verification.wire import digest
 
 SWARM = "test"
 

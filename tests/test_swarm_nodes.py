@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from swarmling.app.swarm.identity import new_identity
+from swarmling.app.swarm.p2p.identity import new_identity
 
 pytestmark = pytest.mark.slow
 

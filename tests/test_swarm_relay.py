@@ -8,12 +8,12 @@ from __future__ import annotations
 import trio
 from libp2p.peer.id import ID
 
-from swarmling.app.swarm.bundle_protocol import FetchOutcome, RelayedServes
-from swarmling.app.swarm.dialer import AuthorDialer, DialCooldown
-from swarmling.app.swarm.host import HostSettings, SwarmHost
-from swarmling.app.swarm.identity import new_identity
-from swarmling.app.swarm.reachability import Reachability, ask_dialback, routable
-from swarmling.app.swarm.relay import circuit_addr, is_circuit, relay_of
+from swarmling.app.swarm.host.bundle_protocol import FetchOutcome, RelayedServes
+from swarmling.app.swarm.host.dialer import AuthorDialer, DialCooldown
+from swarmling.app.swarm.host.host import HostSettings, SwarmHost
+from swarmling.app.swarm.nat.reachability import Reachability, ask_dialback, routable
+from swarmling.app.swarm.nat.relay import circuit_addr, is_circuit, relay_of
+from swarmling.app.swarm.p2p.identity import new_identity
 
 HELPER = "12D3KooWJFsZq7RUVzvjTkSAbMLhaniVx4fCR4fy9R58qHRcmGfV"
 AUTHOR = "12D3KooWC4inuF1cvKLS1HvjbdsgKobjv1S3ypSoLkhRc3i5bMN3"
@@ -152,7 +152,7 @@ def test_a_helper_calls_public_only_what_peers_elsewhere_can_reach():
 def test_a_helper_frees_the_slots_of_nodes_that_left(tmp_path):
     from libp2p.relay.circuit_v2.resources import RelayLimits
 
-    from swarmling.app.swarm.relay import CountingRelay
+    from swarmling.app.swarm.nat.relay import CountingRelay
 
     relay = CountingRelay(SimpleHost(), RelayLimits(60, 1 << 20, 2, 8), allow_hop=True)
     stayed, left = ID.from_base58(HELPER), ID.from_base58(AUTHOR)
@@ -187,7 +187,7 @@ class SimpleHost:
 
 
 def test_a_circuit_that_is_slow_to_open_is_held_against_nobody(monkeypatch):
-    import swarmling.app.swarm.dialer as dialer
+    import swarmling.app.swarm.host.dialer as dialer
 
     monkeypatch.setattr(dialer, "CIRCUIT_DIAL_TIMEOUT_S", 0.05)
     host, cooldown = FakeHost(connected=(HELPER,)), DialCooldown()

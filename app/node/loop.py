@@ -48,7 +48,7 @@ from ..learning.round import RoundSettings, run_round
 from ..learning.round_record import RoundRecord
 from .state_lock import StateDirLock
 from ..swarm.facade import OfflineSwarm, SwarmOpener, open_swarm
-from ..swarm.intake import IntakeContext
+from ..swarm.verification.intake import IntakeContext
 from ..learning.tasks import Preset, TaskError, load_preset
 
 # Round lines and notices for the log file (the CLI attaches a rotating file handler); the

@@ -35,12 +35,12 @@ import psutil
 
 from ...backends.atomic import write_atomic
 
-from .addresses import host_addr
-from .board import Board
-from .host import HostSettings, SwarmHost
-from .identity import Identity, load_or_create
-from .reachability import Reachability
-from .wire import PROTOCOL_VERSION
+from .host.host import HostSettings, SwarmHost
+from .nat.reachability import Reachability
+from .p2p.addresses import host_addr
+from .p2p.identity import Identity, load_or_create
+from .verification.board import Board
+from .verification.wire import PROTOCOL_VERSION
 
 FIGURES_EVERY_S = 60.0
 PROBE_TIMEOUT_S = 30.0  # connect to a helper (≤ 5 s), its dial-back (≤ 5 s), a slot (≤ 10 s)

@@ -39,7 +39,7 @@ import msgspec
 from pydantic import ValidationError
 
 from ..config import PEER_ADDR, Config, ConfigError, SwarmSection
-from .addresses import host_addr
+from .p2p.addresses import host_addr
 
 SCHEME = "swarmling"
 VERSION = 1
@@ -151,7 +151,7 @@ def own_hosts(listen_host: str, public_host: str = "") -> list[str]:
     addresses mean nothing to a volunteer elsewhere (and say more about the LAN than needed)."""
     if public_host:
         return [public_host]
-    from .addresses import interface_hosts
+    from .p2p.addresses import interface_hosts
 
     candidates = interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]
     out = []
@@ -176,7 +176,7 @@ def make_invite(config: Config, data_dir: Path, helpers: Sequence[str] = (), pub
     if hosts and sw.port == 0:
         notes.append("this node is left out: swarm.port is 0 (a new port at every start); set a fixed port to invite to it")
     elif hosts:
-        from .identity import IdentityError, load_or_create
+        from .p2p.identity import IdentityError, load_or_create
 
         try:
             peer_id = load_or_create(data_dir).peer_id

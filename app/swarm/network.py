@@ -32,16 +32,16 @@ from ...backends.atomic import write_atomic
 from ..events import PeerView
 from ..learning.rollout import QuestionGroup
 from ..learning.round_record import SwarmRoundStats
-from .board import Board
-from .bundle_protocol import FetchOutcome
-from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
-from .reachability import Reachability
-from .relay import is_circuit
-from .identity import Identity
-from .inbox import Inbox
-from .reputation import Reputation
-from .shards import ShardLevel, shard_mates_to_dial
-from .wire import (
+from .host.bundle_protocol import FetchOutcome
+from .host.host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
+from .nat.reachability import Reachability
+from .nat.relay import is_circuit
+from .p2p.identity import Identity
+from .verification.board import Board
+from .verification.inbox import Inbox
+from .verification.reputation import Reputation
+from .verification.shards import ShardLevel, shard_mates_to_dial
+from .verification.wire import (
     PROTOCOL_VERSION,
     Bundle,
     WireError,

@@ -15,8 +15,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from ..learning.rollout import QuestionGroup
-from ..learning.tasks import TaskSpec
+from ...learning.rollout import QuestionGroup
+from ...learning.tasks import TaskSpec
 
 MAX_AGE_ROUNDS = 1  # this round's arrivals and the previous round's
 

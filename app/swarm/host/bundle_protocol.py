@@ -34,8 +34,8 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from .relay import is_circuit
-from .streams import read_exact, read_line, remote_peer, reset_quietly
+from ..nat.relay import is_circuit
+from ..p2p.streams import read_exact, read_line, remote_peer, reset_quietly
 
 log = logging.getLogger("swarmling.swarm")
 

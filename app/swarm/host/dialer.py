@@ -30,9 +30,9 @@ import trio
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
+from ..nat.relay import is_circuit, relay_of
 from .backoff import PeerBackoff
 from .bundle_protocol import FetchOutcome, Outcome, with_words
-from .relay import is_circuit, relay_of
 
 log = logging.getLogger("swarmling.swarm")
 

@@ -31,8 +31,8 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
+from ..p2p.streams import read_line, remote_ip
 from .relay import MAX_HELPERS, RelayClient, circuit_addr, is_helper
-from .streams import read_line, remote_ip
 
 log = logging.getLogger("swarmling.swarm")
 

@@ -38,7 +38,7 @@ from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
-from .streams import remote_ip
+from ..p2p.streams import remote_ip
 
 log = logging.getLogger("swarmling.swarm")
 
