@@ -57,6 +57,12 @@ def run_on_network_thread(host: SwarmHost, afn, *args):
     return trio.from_thread.run(afn, *args, trio_token=host._trio._token)
 
 
+def connected_now(host: SwarmHost, peer: str) -> bool:
+    """py-libp2p holds a connection between `host` and `peer` this moment (`connected_peers()` is
+    the dialer's view, refreshed once a second)."""
+    return on_network_thread(host, lambda: ID.from_base58(peer) in host._host.get_connected_peers())
+
+
 def meshed(sender: SwarmHost, receiver: str) -> bool:
     """`receiver` is in `sender`'s gossip mesh: what `sender` publishes or relays now reaches it."""
     router = sender._pubsub.router

@@ -9,10 +9,11 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 import pytest
-from swarm_peers import Hostile, bundle_and_announcement, connected_pair, honest, ignores, meshed, real_groups
+from swarm_peers import Hostile, bundle_and_announcement, connected_now, connected_pair, honest, ignores, meshed, real_groups
 from waiting import wait_until
 
 from swarmling.app.learning.prompt import PromptFormat
+from swarmling.app.swarm.host import bundle_protocol, dialer
 from swarmling.app.swarm.verification.intake import IntakeContext
 from swarmling.app.swarm.verification.wire import digest
 
@@ -30,7 +31,11 @@ def pair(tmp_path):
 
 # ---- joining and exchanging -----------------------------------------------------------------------
 
-def test_three_nodes_join_through_bootstrap_and_static_peers_and_fetch_bundles(tmp_path):
+def test_three_nodes_join_through_bootstrap_and_static_peers_and_fetch_bundles(tmp_path, monkeypatch):
+    monkeypatch.setattr(bundle_protocol, "IDLE_CLOSE_S", 1.0)  # how long a connection made for fetches stays idle
+    # the most it stays open then: idle, the next look at it, its closing, the dialer's next look at the peers
+    closed_within = (bundle_protocol.IDLE_CLOSE_S + bundle_protocol.IDLE_CHECK_S + bundle_protocol.CLOSE_TIMEOUT_S
+                     + dialer.LOOP_INTERVAL_S + 2.0)
     a = honest(tmp_path, "a")
     b = honest(tmp_path, "b", dial=(a.listen_addrs[0],))  # a is b's bootstrap
     c = honest(tmp_path, "c", dial=(b.listen_addrs[0],))  # b is c's static peer; c never dials a itself
@@ -45,7 +50,8 @@ def test_three_nodes_join_through_bootstrap_and_static_peers_and_fetch_bundles(t
         assert c.plan_fetches(np.random.default_rng(0)) == 1
         assert wait_until(lambda: c.inbox._queue.qsize() == 1)
         # the connection made for the fetch is closed again: connections stay bounded by whom c dials
-        assert wait_until(lambda: a.peer_id not in c.host.connected_peers(), timeout_s=5)
+        assert wait_until(lambda: not connected_now(c.host, a.peer_id) and a.peer_id not in c.host.connected_peers(),
+                          timeout_s=closed_within)
         stats = c.round_stats()
         assert stats.bundles_fetched == 1 and stats.bytes_in > len(body)
         assert stats.announce_latency_s_p50 is not None

@@ -52,6 +52,7 @@ MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peer
 REQUEST_LINE_LIMIT = 80
 CLOSE_TIMEOUT_S = 2.0  # closing a connection made only for one fetch
 IDLE_CLOSE_S = 10.0  # a connection made only for fetches is closed after this long without one
+IDLE_CHECK_S = 1.0  # how often connections made for fetches are looked at
 
 
 class FetchOutcome(enum.Enum):
@@ -164,7 +165,7 @@ class BundleExchange:
         Not at once: two nodes fetch from each other in the same round, and the second may be
         using (or about to use) the connection the first made; closing it cut that fetch short."""
         while True:
-            await trio.sleep(1.0)
+            await trio.sleep(IDLE_CHECK_S)
             now = time.monotonic()
             for peer, last in list(self._transient.items()):
                 busy = peer in self._fetching or self._serving.get(peer, 0)
