@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
+from types import SimpleNamespace
 
 import trio
 from libp2p.peer.id import ID
@@ -63,6 +64,19 @@ def connected_now(host: SwarmHost, peer: str) -> bool:
     return on_network_thread(host, lambda: ID.from_base58(peer) in host._host.get_connected_peers())
 
 
+def identified(host: SwarmHost, peer: str) -> bool:
+    """identify has told `host` about `peer` (its protocols are in the peerstore, stored right after
+    its addresses)."""
+
+    def known() -> bool:
+        try:
+            return bool(host._host.get_peerstore().get_protocols(ID.from_base58(peer)))
+        except Exception:  # noqa: BLE001 — not in the peerstore yet
+            return False
+
+    return on_network_thread(host, known)
+
+
 def meshed(sender: SwarmHost, receiver: str) -> bool:
     """`receiver` is in `sender`'s gossip mesh: what `sender` publishes or relays now reaches it."""
     router = sender._pubsub.router
@@ -82,6 +96,7 @@ class Hostile(SwarmHost):
         identity = new_identity(tmp_path / name)
         self.bodies: dict[str, bytes] = {}
         self.misbehave = misbehave
+        self.asked = 0  # bundle requests that reached it
         super().__init__(
             HostSettings(SWARM, PROTOCOL_VERSION, "127.0.0.1", 0, dial, publish_interval_s=0.0),
             identity.key_pair,
@@ -91,6 +106,7 @@ class Hostile(SwarmHost):
         )
 
     async def _serve_stream(self, stream) -> None:
+        self.asked += 1
         if self.misbehave is None:
             return await super()._serve_stream(stream)
         if self.misbehave == "never answers":
@@ -174,8 +190,10 @@ def connected_pair(tmp_path, **hostile):
     return b, h
 
 
-def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s: float) -> None:
-    """Open `n` streams to `peer` that never send a byte, held `hold_s` (in the background)."""
+def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s: float) -> SimpleNamespace:
+    """Open `n` streams to `peer` that never send a byte, held `hold_s` (in the background); its
+    `tried` counts the streams asked for so far (opened, or refused by the victim)."""
+    held = SimpleNamespace(tried=0)
 
     async def hold() -> None:
         streams = []
@@ -186,12 +204,14 @@ def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s:
                         streams.append(await host._host.new_stream(ID.from_base58(peer), [protocol]))
                     except Exception:  # noqa: BLE001 — refused by the victim: fine
                         pass
+                    held.tried += 1
                 await trio.sleep(hold_s)
         finally:
             for stream in streams:
                 await reset_quietly(stream)
 
     on_network_thread(host, lambda: trio.lowlevel.spawn_system_task(hold))
+    return held
 
 
 class SilentCrowd:
