@@ -37,18 +37,16 @@ from swarmling.app.swarm.verification.wire import digest  # noqa: E402
 def ask(proc, cmd: str, timeout: float = 30.0) -> dict:
     """From a test or script: send one command to a lab peer (a netlab LabProcess) and return its
     JSON answer; AssertionError with the peer's output when none comes within `timeout`."""
-    import time
+    from waiting import wait_until
 
-    before = sum(1 for line in proc.lines if line.startswith('{"cmd"'))
+    def answers() -> list[str]:
+        return [line for line in list(proc.lines) if line.startswith('{"cmd"')]
+
+    before = len(answers())
     proc.send(cmd)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        answers = [line for line in list(proc.lines) if line.startswith('{"cmd"')]
-        if len(answers) > before:
-            return json.loads(answers[before])
-        if proc.popen.poll() is not None:
-            break
-        time.sleep(0.1)
+    wait_until(lambda: len(answers()) > before or proc.popen.poll() is not None, timeout_s=timeout)
+    if len(answers()) > before:
+        return json.loads(answers()[before])
     raise AssertionError(f"{proc.role}: no answer to {cmd!r}; output:\n" + "\n".join(proc.lines[-30:]))
 
 
