@@ -19,7 +19,6 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from swarm_peers import (
-    Hostile,
     SilentCrowd,
     bundle_and_announcement,
     churn_connections,
