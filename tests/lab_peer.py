@@ -27,28 +27,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 from swarm_peers import SWARM, bundle_and_announcement, real_groups  # noqa: E402
 
 from swarmling.app.swarm.helper import Helper, HelperSettings  # noqa: E402
-from swarmling.app.swarm.identity import load_or_create  # noqa: E402
-from swarmling.app.swarm.inbox import Inbox  # noqa: E402
 from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings  # noqa: E402
-from swarmling.app.swarm.pool import GroupPool  # noqa: E402
-from swarmling.app.swarm.wire import digest  # noqa: E402
+from swarmling.app.swarm.p2p.identity import load_or_create  # noqa: E402
+from swarmling.app.swarm.verification.inbox import Inbox  # noqa: E402
+from swarmling.app.swarm.verification.pool import GroupPool  # noqa: E402
+from swarmling.app.swarm.verification.wire import digest  # noqa: E402
 
 
 def ask(proc, cmd: str, timeout: float = 30.0) -> dict:
     """From a test or script: send one command to a lab peer (a netlab LabProcess) and return its
     JSON answer; AssertionError with the peer's output when none comes within `timeout`."""
-    import time
+    from waiting import wait_until
 
-    before = sum(1 for line in proc.lines if line.startswith('{"cmd"'))
+    def answers() -> list[str]:
+        return [line for line in list(proc.lines) if line.startswith('{"cmd"')]
+
+    before = len(answers())
     proc.send(cmd)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        answers = [line for line in list(proc.lines) if line.startswith('{"cmd"')]
-        if len(answers) > before:
-            return json.loads(answers[before])
-        if proc.popen.poll() is not None:
-            break
-        time.sleep(0.1)
+    wait_until(lambda: len(answers()) > before or proc.popen.poll() is not None, timeout_s=timeout)
+    if len(answers()) > before:
+        return json.loads(answers()[before])
     raise AssertionError(f"{proc.role}: no answer to {cmd!r}; output:\n" + "\n".join(proc.lines[-30:]))
 
 
@@ -104,9 +102,9 @@ def main(kind: str, home: str, port: int, bootstrap: str = "") -> None:
         if cmd == "state":
             reach = network.host.reachability()
             stats = network.round_stats()  # per-round figures: summed here since the start
-            for key in ("bytes_in", "bundle_bytes_in"):
-                totals[key] += stats[key]
-            totals["failures"] += stats["fetch_failures"]
+            totals["bytes_in"] += stats.bytes_in
+            totals["bundle_bytes_in"] += stats.bundle_bytes_in
+            totals["failures"] += stats.fetch_failures
             say(cmd=cmd, state=reach.state, describe=reach.describe(), announce=network.host.announce_addrs(),
                 peers=network.host.connected_peers(), fetched=network._fetched, heard=network.board.peers_heard(),
                 announcements=network.board.received,

@@ -6,17 +6,19 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
+from types import SimpleNamespace
 
 import trio
 from libp2p.peer.id import ID
 from libp2p.utils.varint import encode_varint_prefixed
 
-from swarmling.app.swarm.host import GOSSIPSUB_PROTOCOL, HostSettings, SwarmHost
-from swarmling.app.swarm.identity import load_or_create, new_identity
-from swarmling.app.swarm.inbox import Inbox
+from swarmling.app.swarm.host.host import GOSSIPSUB_PROTOCOL, HostSettings, SwarmHost
 from swarmling.app.swarm.network import SwarmNetwork, SwarmSettings
-from swarmling.app.swarm.pool import GroupPool
-from swarmling.app.swarm.wire import (
+from swarmling.app.swarm.p2p.identity import load_or_create, new_identity
+from swarmling.app.swarm.p2p.streams import reset_quietly
+from swarmling.app.swarm.verification.inbox import Inbox
+from swarmling.app.swarm.verification.pool import GroupPool
+from swarmling.app.swarm.verification.wire import (
     PROTOCOL_VERSION,
     AnnouncedGroup,
     Announcement,
@@ -56,6 +58,25 @@ def run_on_network_thread(host: SwarmHost, afn, *args):
     return trio.from_thread.run(afn, *args, trio_token=host._trio._token)
 
 
+def connected_now(host: SwarmHost, peer: str) -> bool:
+    """py-libp2p holds a connection between `host` and `peer` this moment (`connected_peers()` is
+    the dialer's view, refreshed once a second)."""
+    return on_network_thread(host, lambda: ID.from_base58(peer) in host._host.get_connected_peers())
+
+
+def identified(host: SwarmHost, peer: str) -> bool:
+    """identify has told `host` about `peer` (its protocols are in the peerstore, stored right after
+    its addresses)."""
+
+    def known() -> bool:
+        try:
+            return bool(host._host.get_peerstore().get_protocols(ID.from_base58(peer)))
+        except Exception:  # noqa: BLE001 — not in the peerstore yet
+            return False
+
+    return on_network_thread(host, known)
+
+
 def meshed(sender: SwarmHost, receiver: str) -> bool:
     """`receiver` is in `sender`'s gossip mesh: what `sender` publishes or relays now reaches it."""
     router = sender._pubsub.router
@@ -75,6 +96,7 @@ class Hostile(SwarmHost):
         identity = new_identity(tmp_path / name)
         self.bodies: dict[str, bytes] = {}
         self.misbehave = misbehave
+        self.asked = 0  # bundle requests that reached it
         super().__init__(
             HostSettings(SWARM, PROTOCOL_VERSION, "127.0.0.1", 0, dial, publish_interval_s=0.0),
             identity.key_pair,
@@ -84,6 +106,7 @@ class Hostile(SwarmHost):
         )
 
     async def _serve_stream(self, stream) -> None:
+        self.asked += 1
         if self.misbehave is None:
             return await super()._serve_stream(stream)
         if self.misbehave == "never answers":
@@ -126,10 +149,7 @@ class Hostile(SwarmHost):
             except Exception:  # noqa: BLE001 — the victim hanging up is an answer too
                 pass
             finally:
-                try:
-                    await stream.reset()
-                except Exception:  # noqa: BLE001
-                    pass
+                await reset_quietly(stream)
             return got
 
         return run_on_network_thread(self, go)
@@ -170,8 +190,10 @@ def connected_pair(tmp_path, **hostile):
     return b, h
 
 
-def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s: float) -> None:
-    """Open `n` streams to `peer` that never send a byte, held `hold_s` (in the background)."""
+def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s: float) -> SimpleNamespace:
+    """Open `n` streams to `peer` that never send a byte, held `hold_s` (in the background); its
+    `tried` counts the streams asked for so far (opened, or refused by the victim)."""
+    held = SimpleNamespace(tried=0)
 
     async def hold() -> None:
         streams = []
@@ -182,22 +204,21 @@ def hold_idle_streams(host: SwarmHost, peer: str, protocol: str, n: int, hold_s:
                         streams.append(await host._host.new_stream(ID.from_base58(peer), [protocol]))
                     except Exception:  # noqa: BLE001 — refused by the victim: fine
                         pass
+                    held.tried += 1
                 await trio.sleep(hold_s)
         finally:
             for stream in streams:
-                try:
-                    await stream.reset()
-                except Exception:  # noqa: BLE001
-                    pass
+                await reset_quietly(stream)
 
     on_network_thread(host, lambda: trio.lowlevel.spawn_system_task(hold))
+    return held
 
 
 class SilentCrowd:
     """`n` bare libp2p hosts (fresh identities, no pubsub) that connect to a node and say nothing."""
 
     def __init__(self, n: int) -> None:
-        from swarmling.app.swarm.trio_bridge import TrioThread
+        from swarmling.app.swarm.p2p.trio_bridge import TrioThread
 
         self.n = n
         self.connected = 0
@@ -217,7 +238,7 @@ class SilentCrowd:
         from libp2p.crypto.x25519 import create_new_key_pair as x25519
         from libp2p.security.noise.transport import PROTOCOL_ID, Transport
 
-        from swarmling.app.swarm.dialer import parse_peer_addr
+        from swarmling.app.swarm.host.dialer import parse_peer_addr
 
         info = parse_peer_addr(self._target)
         self._thread.ready()
@@ -250,7 +271,7 @@ def churn_connections(target: str, n: int) -> int:
     from libp2p.crypto.x25519 import create_new_key_pair as x25519
     from libp2p.security.noise.transport import PROTOCOL_ID, Transport
 
-    from swarmling.app.swarm.dialer import parse_peer_addr
+    from swarmling.app.swarm.host.dialer import parse_peer_addr
 
     info = parse_peer_addr(target)
 

@@ -12,8 +12,8 @@ from fakes import SETTINGS, FakeBackend
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.prompt import PromptFormat
 from swarmling.app.learning.round import run_round
-from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group, reply_shape_problem
-from swarmling.app.swarm.wire import WireCompletion, bundle_from_groups
+from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, admit_group, reply_shape_problem
+from swarmling.app.swarm.verification.wire import WireCompletion, bundle_from_groups
 from swarmling.app.learning.tasks import load_preset
 
 PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"
@@ -103,7 +103,7 @@ def test_a_group_that_lost_many_replies_here_is_refused(wire_group):
 def test_the_senders_logprob_covers_the_text_a_receiver_sees():
     """An end-of-generation token is in the sender's tokens, not in the text that travels."""
     from swarmling.app.learning.rollout import ScoredCompletion
-    from swarmling.app.swarm.wire import text_logprobs
+    from swarmling.app.swarm.verification.wire import text_logprobs
 
     ended = ScoredCompletion("8</answer>", [1, 2, 3], [-0.1, -0.2, -0.7], "eos", 1.0, True, 1.0)
     stopped = ScoredCompletion("8</answer>", [1, 2], [-0.1, -0.2], "stop", 1.0, True, 1.0)

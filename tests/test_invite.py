@@ -12,6 +12,7 @@ from waiting import wait_until
 
 from swarmling.app.cli import main
 from swarmling.app.config import Config, SwarmSection, load_config
+from swarmling.app.swarm.host.dialer import resolve
 from swarmling.app.swarm.invite import (
     MAX_HELPERS,
     MAX_INVITE_CHARS,
@@ -22,7 +23,6 @@ from swarmling.app.swarm.invite import (
     join,
     make_invite,
 )
-from swarmling.app.swarm.resolve import resolve
 
 PID = "12D3KooWNbvaAJTvYPg1DKRCXjsqjZFvgAer24bFLPraNPLbjja1"
 HELPER = f"/ip4/203.0.113.7/tcp/38433/p2p/{PID}"
@@ -109,7 +109,7 @@ def test_make_invite_lists_this_public_node_then_the_configs_helpers(tmp_path):
 
 
 def test_a_node_behind_a_router_invites_only_through_helpers(tmp_path, monkeypatch):
-    monkeypatch.setattr("swarmling.app.swarm.addresses.interface_hosts", lambda: ["192.168.1.20", "127.0.0.1"])
+    monkeypatch.setattr("swarmling.app.swarm.p2p.addresses.interface_hosts", lambda: ["192.168.1.20", "127.0.0.1"])
     _, invite, notes = make_invite(Config(swarm=SwarmSection(bootstrap=(HELPER,))), tmp_path)
     assert invite.helpers == (HELPER,) and "no public address" in notes[0]
     with pytest.raises(InviteError, match="no helper to invite to"):
@@ -186,7 +186,7 @@ def test_invite_and_join_from_the_command_line(tmp_path, capsys, monkeypatch):
     assert main(["--home", home, "config"]) == 0
     assert "name = 'club'" in capsys.readouterr().out
     # a node with nothing to invite through says so
-    monkeypatch.setattr("swarmling.app.swarm.addresses.interface_hosts", lambda: ["192.168.1.20"])
+    monkeypatch.setattr("swarmling.app.swarm.p2p.addresses.interface_hosts", lambda: ["192.168.1.20"])
     assert main(["--home", str(tmp_path / "lonely"), "invite"]) == 1
     assert "no helper to invite to" in capsys.readouterr().err
 

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from netlab import Lab, lab, lab_namespaces, netlab  # noqa: F401 — `lab` is the fixture
+from waiting import wait_until
 
 PORT = 7000
 
@@ -124,9 +125,7 @@ def test_cone_nat_keeps_source_ports_and_random_nat_does_not(nat):
         ports = [41001, 41002, 41003]
         result = lab.python("h1", CONNECT_FROM, lab.addr("pub"), str(PORT), *map(str, ports))
         assert json.loads(result.stdout) == ports, result.stderr
-        deadline = time.monotonic() + 5
-        while len([line for line in server.lines if line.startswith("accepted")]) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len([line for line in server.lines if line.startswith("accepted")]) >= 3, timeout_s=5, interval_s=0.05)
         seen = [line.split() for line in server.lines if line.startswith("accepted")]
         assert [ip for _, ip, _ in seen] == [lab.wan("h1")] * 3
         mapped = [int(port) for _, _, port in seen]
@@ -253,9 +252,7 @@ def test_libp2p_hosts_behind_two_nats_reach_the_public_host_but_not_each_other(l
     # the public host opens streams to both over the connections they opened (today's fetches from NATed authors)
     for h in ("h1", "h2"):
         pub.send(f"stream {ready[h]['id']}")
-    deadline = time.monotonic() + 25
-    while len(events(pub, "stream")) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: len(events(pub, "stream")) >= 2, timeout_s=25)
     assert [e["ok"] for e in events(pub, "stream")] == [True, True], pub.output
 
     # h1 dials what h2 announced: nothing answers (the reproduction), and we stop waiting at 5 s

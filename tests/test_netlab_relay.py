@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from lab_peer import ask
 from netlab import Lab, lab  # noqa: F401 — `lab` is the fixture
+from waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -29,12 +29,14 @@ CIRCUIT_OVERHEAD = 24 * 1024  # per relayed fetch: Noise, yamux, identify and go
 
 def until(proc, cmd: str, ok, timeout: float, every: float = 1.0) -> dict:
     """Ask `cmd` until `ok(answer)` (bounded by `timeout`); the last answer either way."""
-    deadline = time.monotonic() + timeout
-    answer = ask(proc, cmd)
-    while not ok(answer) and time.monotonic() < deadline:
-        time.sleep(every)
-        answer = ask(proc, cmd)
-    return answer
+    last: dict = {}
+
+    def answered() -> bool:
+        last.update(answer=ask(proc, cmd))
+        return ok(last["answer"])
+
+    wait_until(answered, timeout_s=timeout, interval_s=every)
+    return last["answer"]
 
 
 def start_helper(lab: Lab, home: Path):

@@ -24,6 +24,8 @@ import pytest
 from netlab import Lab, lab  # noqa: F401 — `lab` is the fixture
 from waiting import wait_until
 
+from swarmling.app.metrics import read_records
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 PORT = 4001
@@ -35,18 +37,7 @@ TINY = {"round.questions": 4, "round.completions": 4, "round.max_new_tokens": 12
 
 
 def records(home: Path) -> list[dict]:
-    path = home / "state" / "metrics.jsonl"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # the line being written
-    return out
+    return read_records(home / "state" / "metrics.jsonl")  # a line being written is skipped
 
 
 def figures(home: Path) -> dict:

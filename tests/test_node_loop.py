@@ -16,7 +16,7 @@ from swarmling.app.config import ConfigError, load_config
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.node.guest import Readings
 from swarmling.app.learning.round import run_round
-from swarmling.app.swarm.wire import bundle_from_groups, encode_bundle
+from swarmling.app.swarm.verification.wire import bundle_from_groups, encode_bundle
 from swarmling.app.learning.tasks import load_preset
 
 PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"

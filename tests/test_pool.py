@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fakes import group
 
-from swarmling.app.swarm.pool import MAX_AGE_ROUNDS, GroupPool
+from swarmling.app.swarm.verification.pool import MAX_AGE_ROUNDS, GroupPool
 
 
 def test_only_fresh_groups_are_offered():

@@ -6,8 +6,8 @@ import multiaddr
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
-from swarmling.app.swarm.admission import BANNED_S, KEEP_AT_MOST, ROOM, SILENT_AFTER_S, ConnectionKeeper
-from swarmling.app.swarm.peerstore import DialablePeerstore
+from swarmling.app.swarm.host.admission import BANNED_S, KEEP_AT_MOST, ROOM, SILENT_AFTER_S, ConnectionKeeper
+from swarmling.app.swarm.p2p.peerstore import DialablePeerstore
 
 
 def keeper(protected=(), announced=(), scores=None) -> ConnectionKeeper:

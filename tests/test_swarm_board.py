@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmling.app.swarm.board import FLOOD_BURST, NEWCOMER_BUNDLES, Board, Verdict
-from swarmling.app.swarm.reputation import Reputation
-from swarmling.app.swarm.wire import PROTOCOL_VERSION, AnnouncedGroup, Announcement, WireSpec, encode_announcement
+from swarmling.app.swarm.verification.board import FLOOD_BURST, NEWCOMER_BUNDLES, Board, Verdict
+from swarmling.app.swarm.verification.reputation import Reputation
+from swarmling.app.swarm.verification.wire import PROTOCOL_VERSION, AnnouncedGroup, Announcement, WireSpec, encode_announcement
 
 SPEC = WireSpec("starter", "basic_arithmetic", '{"x": 1}', 1, 2)
 

@@ -8,9 +8,9 @@ import numpy as np
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.prompt import PromptFormat
 from swarmling.app.learning.round import RoundSettings, run_round
-from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
-from swarmling.app.swarm.pool import GroupPool, group_key
-from swarmling.app.swarm.wire import bundle_from_groups, decode_bundle, encode_bundle
+from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, admit_group
+from swarmling.app.swarm.verification.pool import GroupPool, group_key
+from swarmling.app.swarm.verification.wire import bundle_from_groups, decode_bundle, encode_bundle
 from swarmling.app.learning.tasks import load_preset
 
 PEER_A = "12D3KooWNodeA"

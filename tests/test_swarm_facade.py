@@ -6,9 +6,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from swarmling.app.events import Notice, SwarmUpdated
+from swarmling.app.learning.round_record import SwarmRoundStats
 from swarmling.app.swarm.facade import OfflineSwarm, OnlineSwarm
-from swarmling.app.swarm.reachability import Reachability
-from swarmling.app.swarm.supervision import HostHealth
+from swarmling.app.swarm.host.supervision import HostHealth
+from swarmling.app.swarm.nat.reachability import Reachability
 
 
 class StandInNetwork:
@@ -45,8 +46,8 @@ class StandInNetwork:
     def record_intake(self, admitted, used) -> None:
         pass
 
-    def round_stats(self) -> dict:
-        return {"peers": 0, "host_restarts": self.restarts}
+    def round_stats(self) -> SwarmRoundStats:
+        return SwarmRoundStats(peers=0, host_restarts=self.restarts)
 
 
 def test_offline_the_round_has_no_share_phase_and_no_network_figures():

@@ -31,9 +31,9 @@ from libp2p.utils.varint import encode_uvarint
 from swarm_peers import Hostile, bundle_and_announcement, honest, ignores, meshed, on_network_thread, real_groups
 from waiting import wait_until
 
-from swarmling.app.swarm.board import MAX_ORIGINS
-from swarmling.app.swarm.host import GOSSIPSUB_PROTOCOL
-from swarmling.app.swarm.wire import digest
+from swarmling.app.swarm.host.host import GOSSIPSUB_PROTOCOL
+from swarmling.app.swarm.verification.board import MAX_ORIGINS
+from swarmling.app.swarm.verification.wire import digest
 
 # Minutes of real hosts under attack: the full suite (CI) runs it, the fast tier does not.
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]

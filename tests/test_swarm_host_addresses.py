@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from swarmling.app.swarm.addresses import dialable_addrs, interface_hosts
+from swarmling.app.swarm.p2p.addresses import dialable_addrs, interface_hosts
 
 PEER = "12D3KooWExamplePeer"
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from swarmling.app.swarm.identity import IdentityError, load_or_create, new_identity
+from swarmling.app.swarm.p2p.identity import IdentityError, load_or_create, new_identity
 
 
 def test_identity_is_private_and_stable(tmp_path):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from swarmling.app.swarm.identity import new_identity
+from swarmling.app.metrics import read_records
+from swarmling.app.swarm.p2p.identity import new_identity
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +23,7 @@ SWARM_ON = ["--set", "swarm.enabled=true", "--set", "swarm.listen_host=\"127.0.0
 
 
 def records(home: Path) -> list[dict]:
-    path = home / "state" / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return read_records(home / "state" / "metrics.jsonl")
 
 
 def test_sim_three_nodes_find_each_other_and_train_on_groups_they_verified(tmp_path):

@@ -5,17 +5,15 @@ namespace lab: test_netlab_relay.py."""
 
 from __future__ import annotations
 
-from collections import deque
-
 import trio
 from libp2p.peer.id import ID
 
-from swarmling.app.swarm.bundle_protocol import NO_ROUTE, NOT_THE_PEERS_FAULT, BundleExchange, RelayedServes
-from swarmling.app.swarm.dialer import DialCooldown
-from swarmling.app.swarm.host import HostSettings, SwarmHost
-from swarmling.app.swarm.identity import new_identity
-from swarmling.app.swarm.reachability import Reachability, ask_dialback, routable
-from swarmling.app.swarm.relay import circuit_addr, is_circuit, relay_of
+from swarmling.app.swarm.host.bundle_protocol import FetchOutcome, RelayedServes
+from swarmling.app.swarm.host.dialer import AuthorDialer, DialCooldown
+from swarmling.app.swarm.host.host import HostSettings, SwarmHost
+from swarmling.app.swarm.nat.reachability import Reachability, ask_dialback, routable
+from swarmling.app.swarm.nat.relay import circuit_addr, is_circuit, relay_of
+from swarmling.app.swarm.p2p.identity import new_identity
 
 HELPER = "12D3KooWJFsZq7RUVzvjTkSAbMLhaniVx4fCR4fy9R58qHRcmGfV"
 AUTHOR = "12D3KooWC4inuF1cvKLS1HvjbdsgKobjv1S3ypSoLkhRc3i5bMN3"
@@ -54,7 +52,7 @@ def test_a_node_announces_where_peers_reach_it_first(tmp_path):
 
 
 class FakeHost:
-    """Connections and dials as BundleExchange sees them; every dial fails."""
+    """Connections and dials as AuthorDialer sees them; every dial fails."""
 
     def __init__(self, connected: tuple[str, ...] = ()) -> None:
         self.connected = [ID.from_base58(p) for p in connected]
@@ -68,31 +66,31 @@ class FakeHost:
         raise ConnectionError("no route")
 
 
-def exchange(host: FakeHost, cooldown: DialCooldown) -> BundleExchange:
+def author_dialer(host: FakeHost, cooldown: DialCooldown) -> AuthorDialer:
     async def dial_circuit(addr: str) -> None:
         host.dialled.append(addr)
         raise ConnectionError("relay refused")
 
-    return BundleExchange(host, "/p", 5.0, lambda d: None, lambda *a: None, deque(), lambda p: False, cooldown,
-                          dial_circuit=dial_circuit)
+    return AuthorDialer(host, cooldown, dial_circuit=dial_circuit)
 
 
 def test_an_author_with_relay_slots_is_dialled_through_them_and_blamed_only_when_its_helper_is_up():
     # helper connected: the circuit failing is the author's doing (its slot is gone, or it is)
     host, cooldown = FakeHost(connected=(HELPER,)), DialCooldown()
-    why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
+    outcome, why = trio.run(author_dialer(host, cooldown).dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
     assert host.dialled == [CIRCUIT]  # its LAN address is for its LAN's peers (mDNS)
-    assert why.startswith("dial failed") and why not in NOT_THE_PEERS_FAULT and cooldown.blocked(AUTHOR)
+    assert why.startswith("dial failed") and outcome.blames_peer and cooldown.blocked(AUTHOR)
     # helper gone (restarting): nobody's fault, no cooldown, so trading resumes when it is back
     host, cooldown = FakeHost(), DialCooldown()
-    why = trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
-    assert why == NO_ROUTE and why in NOT_THE_PEERS_FAULT and not cooldown.blocked(AUTHOR)
+    outcome, why = trio.run(author_dialer(host, cooldown).dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT, LAN))
+    assert outcome is FetchOutcome.NO_ROUTE and why == FetchOutcome.NO_ROUTE.value and not outcome.blames_peer \
+        and not cooldown.blocked(AUTHOR)
 
 
 def test_an_author_without_relay_slots_is_dialled_at_its_addresses_in_order():
     host, cooldown = FakeHost(), DialCooldown()
     second = f"/ip4/100.64.1.3/tcp/4001/p2p/{AUTHOR}"
-    trio.run(exchange(host, cooldown)._dial, AUTHOR, ID.from_base58(AUTHOR), (LAN, second))
+    trio.run(author_dialer(host, cooldown).dial, AUTHOR, ID.from_base58(AUTHOR), (LAN, second))
     assert [a.split("/p2p/")[0] for a in host.dialled] == [LAN.split("/p2p/")[0], second.split("/p2p/")[0]]
     assert cooldown.blocked(AUTHOR)
 
@@ -154,7 +152,7 @@ def test_a_helper_calls_public_only_what_peers_elsewhere_can_reach():
 def test_a_helper_frees_the_slots_of_nodes_that_left(tmp_path):
     from libp2p.relay.circuit_v2.resources import RelayLimits
 
-    from swarmling.app.swarm.relay import CountingRelay
+    from swarmling.app.swarm.nat.relay import CountingRelay
 
     relay = CountingRelay(SimpleHost(), RelayLimits(60, 1 << 20, 2, 8), allow_hop=True)
     stayed, left = ID.from_base58(HELPER), ID.from_base58(AUTHOR)
@@ -189,18 +187,19 @@ class SimpleHost:
 
 
 def test_a_circuit_that_is_slow_to_open_is_held_against_nobody(monkeypatch):
-    import swarmling.app.swarm.bundle_protocol as bp
+    import swarmling.app.swarm.host.dialer as dialer
 
-    monkeypatch.setattr(bp, "CIRCUIT_DIAL_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(dialer, "CIRCUIT_DIAL_TIMEOUT_S", 0.05)
     host, cooldown = FakeHost(connected=(HELPER,)), DialCooldown()
-    ex = exchange(host, cooldown)
+    authors = author_dialer(host, cooldown)
 
     async def hangs(addr: str) -> None:
         await trio.sleep(10)
 
-    ex._dial_circuit = hangs
-    why = trio.run(ex._dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
-    assert why == bp.SLOW_CIRCUIT and why in NOT_THE_PEERS_FAULT and not cooldown.blocked(AUTHOR)
+    authors._dial_circuit = hangs
+    outcome, why = trio.run(authors.dial, AUTHOR, ID.from_base58(AUTHOR), (CIRCUIT,))
+    assert outcome is FetchOutcome.SLOW_CIRCUIT and why == FetchOutcome.SLOW_CIRCUIT.value and not outcome.blames_peer \
+        and not cooldown.blocked(AUTHOR)
 
 
 def test_the_py_libp2p_internals_the_relay_and_the_pubsub_guard_override_are_still_there():

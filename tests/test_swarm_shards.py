@@ -1,4 +1,4 @@
-"""Shard logic (app/swarm/shards.py): pure functions, no network."""
+"""Shard logic (app/swarm/verification/shards.py): pure functions, no network."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from swarmling.app.swarm import shards
-from swarmling.app.swarm.shards import (
+from swarmling.app.swarm.verification import shards
+from swarmling.app.swarm.verification.shards import (
     MAX_LEVEL,
     MERGE_BELOW,
     SPLIT_ABOVE,

@@ -11,8 +11,8 @@ import pytest
 from swarmling.app.learning.reward import score
 from swarmling.app.learning.prompt import SYSTEM_PROMPT, PromptFormat
 from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
-from swarmling.app.swarm.intake import IntakeContext, Rejected, admit_group
-from swarmling.app.swarm.wire import (
+from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, admit_group
+from swarmling.app.swarm.verification.wire import (
     MAX_BUNDLE_BYTES,
     MAX_DECOMPRESSED_BYTES,
     MAX_TEXT_CHARS,

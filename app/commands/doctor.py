@@ -35,9 +35,9 @@ def swarm_report(config: Config, paths: Paths) -> None:
     if not sw.bootstrap:
         print("  reachability: not checked (no helper in swarm.bootstrap; `swarmling join <invite>` adds one)")
         return
-    from ..swarm.host import SwarmError
-    from ..swarm.identity import IdentityError
-    from ..swarm.probe import PROBE_TIMEOUT_S, probe
+    from ..swarm.host.host import SwarmError
+    from ..swarm.p2p.identity import IdentityError
+    from ..swarm.helper import PROBE_TIMEOUT_S, probe
 
     print(f"  reachability: asking the helpers (up to {PROBE_TIMEOUT_S:.0f} s)…", flush=True)
     try:

@@ -38,7 +38,7 @@ from ..paths import Paths, resolve_paths
 from ..learning.rollout import QuestionGroup, ShareCallback
 from ..learning.round_record import RoundRecord
 from ..swarm.facade import OfflineSwarm, SwarmOpener
-from ..swarm.wire import bundle_from_groups, encode_bundle
+from ..swarm.verification.wire import bundle_from_groups, encode_bundle
 
 PAPER_MIXES = ((8, 0), (6, 2), (4, 4), (2, 6))
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12))

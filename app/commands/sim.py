@@ -25,7 +25,7 @@ import msgspec
 
 from ..paths import Paths
 from ..learning.round_record import RoundRecord
-from ..swarm.identity import new_identity
+from ..swarm.p2p.identity import new_identity
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
 # Training memory grows with the tokens per microbatch (≈ 1.2 GB per node at 256, several GB at

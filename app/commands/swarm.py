@@ -58,7 +58,7 @@ def join_command(paths, config_file: Path, text: str, replace: bool) -> int:
 
 
 def identity_command(config: Config, paths, *, new: bool, adopt: bool) -> int:
-    from ..swarm.identity import IdentityError, load_or_create, new_identity
+    from ..swarm.p2p.identity import IdentityError, load_or_create, new_identity
 
     paths.ensure()
     try:
@@ -78,8 +78,8 @@ def identity_command(config: Config, paths, *, new: bool, adopt: bool) -> int:
 
 def relay_command(config: Config, paths, public_host: str, every_s: float) -> int:
     from ..swarm.helper import Helper, HelperSettings
-    from ..swarm.host import SwarmError
-    from ..swarm.identity import IdentityError, load_or_create
+    from ..swarm.host.host import SwarmError
+    from ..swarm.p2p.identity import IdentityError, load_or_create
 
     paths.ensure()
     sw = config.swarm
@@ -110,6 +110,6 @@ def relay_command(config: Config, paths, public_host: str, every_s: float) -> in
 
 
 def listen_hosts(listen_host: str) -> list[str]:
-    from ..swarm.addresses import interface_hosts
+    from ..swarm.p2p.addresses import interface_hosts
 
     return interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]

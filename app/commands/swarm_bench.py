@@ -80,7 +80,7 @@ class SwarmResult:
 
 # ---- the synthetic bundle ------------------------------------------------------------------------
 def synthetic_bundle(peer_id: str, round_no: int, opts: BenchOptions, rng: random.Random):
-    from ..swarm.wire import PROTOCOL_VERSION, Bundle, WireCompletion, WireGroup, WireSpec
+    from ..swarm.verification.wire import PROTOCOL_VERSION, Bundle, WireCompletion, WireGroup, WireSpec
     from ..learning.tasks import load_preset
 
     preset = load_preset("starter")
@@ -129,9 +129,9 @@ def make_nodes(specs: list[Spec], opts: BenchOptions) -> list[dict]:
     """Network-only nodes (not started): a real SwarmNetwork each, and what the bench keeps of it."""
     import numpy as np
 
-    from ..swarm.identity import load_or_create
+    from ..swarm.p2p.identity import load_or_create
     from ..swarm.network import SwarmNetwork, SwarmSettings
-    from ..swarm.shards import ShardLevel
+    from ..swarm.verification.shards import ShardLevel
 
     nodes = []
     for index, home, port, dial in specs:
@@ -238,20 +238,20 @@ def node_stats(node: dict) -> dict:
     since, node["since"] = node.get("since", 0.0), time.time()
     out = {
         "node": node["index"],
-        "bytes_in": stats["bytes_in"],
-        "bytes_out": stats["bytes_out"],
-        "bundle_bytes_in": stats["bundle_bytes_in"],
-        "announcements": stats["announcements_in"] - node["announcements"],
-        "fetches": stats["bundles_fetched"] - node["fetched"],
-        "peers": stats["peers"],
-        "shards": stats["shards"],
+        "bytes_in": stats.bytes_in,
+        "bytes_out": stats.bytes_out,
+        "bundle_bytes_in": stats.bundle_bytes_in,
+        "announcements": stats.announcements_in - node["announcements"],
+        "fetches": stats.bundles_fetched - node["fetched"],
+        "peers": stats.peers,
+        "shards": stats.shards,
         "topics": sorted(net.host.shards.take_topics()),
         "heard_from": sorted({h.origin for h in net.board.fresh() if h.received >= since}),
         "estimate": net.shard_level.estimate,
-        "fetch_failures": stats["fetch_failures"][:3],
-        "fetches_pending": stats["fetches_pending"],
+        "fetch_failures": stats.fetch_failures[:3],
+        "fetches_pending": stats.fetches_pending,
     }
-    node["announcements"], node["fetched"] = stats["announcements_in"], stats["bundles_fetched"]
+    node["announcements"], node["fetched"] = stats.announcements_in, stats.bundles_fetched
     return out
 
 
@@ -272,7 +272,7 @@ def _free_ports(n: int) -> list[int]:
 
 def node_specs(n: int, opts: BenchOptions, directory: Path) -> list[Spec]:
     """Identities, free ports and a random overlay: each node dials `opts.dial` random others."""
-    from ..swarm.identity import new_identity
+    from ..swarm.p2p.identity import new_identity
 
     rng = random.Random(opts.seed + n)
     homes = [directory / f"node-{i}" for i in range(n)]
@@ -293,7 +293,7 @@ def round_seconds(n: int, opts: BenchOptions) -> float:
 
 def run_swarm(n: int, opts: BenchOptions, directory: Path, say=print) -> SwarmResult:
     """N network-only nodes on 127.0.0.1 for warm-up + measured rounds; per-node samples."""
-    from ..swarm.shards import landing_level
+    from ..swarm.verification.shards import landing_level
 
     opts = replace(opts, round_s=round_seconds(n, opts), start_level=0 if opts.cold else landing_level(n))
     specs = node_specs(n, opts, directory)
@@ -392,7 +392,7 @@ def breakdown(results: list[SwarmResult]) -> list[str]:
 
 def projection(results: list[SwarmResult], nodes: int = 10_000) -> str:
     """The measured cost of one heard announcement (gossip KiB / heard), carried to `nodes`."""
-    from ..swarm.shards import landing_level
+    from ..swarm.verification.shards import landing_level
 
     sharded = [r for r in results if fmean(r.column("announcements")) > 0]
     if not sharded:

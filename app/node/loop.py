@@ -41,7 +41,7 @@ from ..models import ResolvedModel, resolve_model
 from ..paths import Paths
 from ..sizing import ResourceError, Sizing, memory_note, plan
 from ..swarm.facade import OfflineSwarm, SwarmOpener, inbound_budget, open_swarm
-from ..swarm.intake import IntakeContext
+from ..swarm.verification.intake import IntakeContext
 from .backend_slot import BackendBuilder, BackendSlot, backend_spec, model_scale
 from .best import Best, BestKeeper
 from .checkpoint import round_folder

@@ -21,12 +21,12 @@ import numpy as np
 from ..config import Config
 from ..errors import NodeError
 from ..events import Listener, Notice, PeerView, SwarmUpdated
-from ..paths import Paths
 from ..learning.rollout import QuestionGroup, ShareCallback
 from ..learning.round_record import SwarmRoundStats
-from .inbox import DrainReport, Inbox
-from .intake import IntakeContext
-from .pool import GroupPool
+from ..paths import Paths
+from .verification.inbox import DrainReport, Inbox
+from .verification.intake import IntakeContext
+from .verification.pool import GroupPool
 
 if TYPE_CHECKING:  # the network pulls in libp2p: imported only when the swarm is on
     from .network import SwarmNetwork
@@ -121,7 +121,7 @@ class OnlineSwarm(OfflineSwarm):
             for peer, count in intake.admitted_by_peer.items():
                 admitted[peer] = admitted.get(peer, 0) + count
         self.network.record_intake(admitted, trained)
-        stats = SwarmRoundStats(**self.network.round_stats())
+        stats = self.network.round_stats()
         self._say_if_alone(stats.peers)
         return stats
 
@@ -172,8 +172,8 @@ def open_swarm(config: Config, paths: Paths, model_name: str, emit: Listener) ->
     sw = config.swarm
     if not sw.enabled:
         return OfflineSwarm(emit)
-    from .host import SwarmError
-    from .identity import IdentityError, load_or_create
+    from .host.host import SwarmError
+    from .p2p.identity import IdentityError, load_or_create
     from .network import SwarmNetwork, SwarmSettings
 
     inbox = Inbox(GroupPool())

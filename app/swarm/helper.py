@@ -14,6 +14,12 @@ memory, and a bundle is kilobytes (the closing figures are in README's swarm sec
 
 Every FIGURES_EVERY_S it prints one line of figures (peers, slots, circuits, bytes relayed, wire
 bytes, RSS, CPU) and writes them to `relay.json` in its data folder for monitoring.
+
+The other side of a helper's dial-back is here too: `probe`, `swarmling doctor`'s reachability
+check when no node is running: start the swarm host on the configured port for a few seconds, let
+a helper dial it back (reachability.py), report, stop. The port matters (a router forwards one
+port), so the check uses the node's own; a running node holds it and answers instead (its verdict
+is in `swarmling status`).
 """
 
 from __future__ import annotations
@@ -29,12 +35,15 @@ import psutil
 
 from ...backends.atomic import write_atomic
 
-from .board import Board
-from .host import HostSettings, SwarmHost
-from .identity import Identity
-from .wire import PROTOCOL_VERSION
+from .host.host import HostSettings, SwarmHost
+from .nat.reachability import Reachability
+from .p2p.addresses import host_addr
+from .p2p.identity import Identity, load_or_create
+from .verification.board import Board
+from .verification.wire import PROTOCOL_VERSION
 
 FIGURES_EVERY_S = 60.0
+PROBE_TIMEOUT_S = 30.0  # connect to a helper (≤ 5 s), its dial-back (≤ 5 s), a slot (≤ 10 s)
 
 
 @dataclass(frozen=True)
@@ -74,8 +83,6 @@ class Helper:
     def addresses(self) -> list[str]:
         """Where peers dial this helper: the public host if given, else its interface addresses."""
         if self.settings.public_host:
-            from .invite import host_addr
-
             port = self.host.listen_addrs[0].split("/tcp/")[1].split("/")[0] if self.host.listen_addrs else self.settings.port
             return [host_addr(self.settings.public_host, int(port), self.identity.peer_id)]
         return list(self.host.listen_addrs)
@@ -126,3 +133,24 @@ def describe(f: dict) -> str:
             f"relayed {f['relayed_bytes'] / 2**20:.2f} MiB · wire in/out {f['bytes_in'] / 2**20:.1f}/"
             f"{f['bytes_out'] / 2**20:.1f} MiB · dial-backs {f['dialbacks']} · RSS {f['rss_mb']:.0f} MB · "
             f"CPU {f['cpu_percent']:.1f}%")
+
+
+def probe(swarm: str, listen_host: str, port: int, helpers: tuple[str, ...], data_dir: Path,
+          timeout_s: float = PROBE_TIMEOUT_S) -> Reachability:
+    """The verdict a node would reach now; "unknown" when no helper answered within `timeout_s`.
+    Raises SwarmError when the port is taken (a node is running) and ValueError on a bad address."""
+    identity = load_or_create(data_dir)
+    host = SwarmHost(HostSettings(swarm, PROTOCOL_VERSION, listen_host, port, helpers, named=len(helpers)),
+                     identity.key_pair, gossip_validator=lambda origin, data: False,
+                     serve_bundle=lambda digest: None, on_fetched=lambda *outcome: None)
+    host.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            verdict = host.reachability()
+            if verdict.state in ("direct", "relayed", "unreachable"):
+                return verdict
+            time.sleep(0.5)
+        return host.reachability()
+    finally:
+        host.stop()

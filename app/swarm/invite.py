@@ -39,6 +39,7 @@ import msgspec
 from pydantic import ValidationError
 
 from ..config import PEER_ADDR, Config, ConfigError, SwarmSection
+from .p2p.addresses import host_addr
 
 SCHEME = "swarmling"
 VERSION = 1
@@ -150,7 +151,7 @@ def own_hosts(listen_host: str, public_host: str = "") -> list[str]:
     addresses mean nothing to a volunteer elsewhere (and say more about the LAN than needed)."""
     if public_host:
         return [public_host]
-    from .addresses import interface_hosts
+    from .p2p.addresses import interface_hosts
 
     candidates = interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]
     out = []
@@ -161,16 +162,6 @@ def own_hosts(listen_host: str, public_host: str = "") -> list[str]:
         except ValueError:
             continue
     return out
-
-
-def host_addr(host: str, port: int, peer_id: str) -> str:
-    """A peer address for an IP or a DNS name."""
-    try:
-        ip = ipaddress.ip_address(host)
-        proto = "ip4" if ip.version == 4 else "ip6"
-    except ValueError:
-        proto = "dns"
-    return f"/{proto}/{host}/tcp/{port}/p2p/{peer_id}"
 
 
 def make_invite(config: Config, data_dir: Path, helpers: Sequence[str] = (), public_host: str = "") -> tuple[str, Invite, list[str]]:
@@ -185,7 +176,7 @@ def make_invite(config: Config, data_dir: Path, helpers: Sequence[str] = (), pub
     if hosts and sw.port == 0:
         notes.append("this node is left out: swarm.port is 0 (a new port at every start); set a fixed port to invite to it")
     elif hosts:
-        from .identity import IdentityError, load_or_create
+        from .p2p.identity import IdentityError, load_or_create
 
         try:
             peer_id = load_or_create(data_dir).peer_id

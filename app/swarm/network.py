@@ -31,16 +31,17 @@ from ...backends.atomic import write_atomic
 
 from ..events import PeerView
 from ..learning.rollout import QuestionGroup
-from .board import Board
-from .bundle_protocol import NOT_THE_PEERS_FAULT
-from .host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
-from .reachability import Reachability
-from .relay import is_circuit
-from .identity import Identity
-from .inbox import Inbox
-from .reputation import Reputation
-from .shards import ShardLevel, shard_mates_to_dial
-from .wire import (
+from ..learning.round_record import SwarmRoundStats
+from .host.bundle_protocol import FetchOutcome
+from .host.host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
+from .nat.reachability import Reachability
+from .nat.relay import is_circuit
+from .p2p.identity import Identity
+from .verification.board import Board
+from .verification.inbox import Inbox
+from .verification.reputation import Reputation
+from .verification.shards import ShardLevel, shard_mates_to_dial
+from .verification.wire import (
     PROTOCOL_VERSION,
     Bundle,
     WireError,
@@ -243,7 +244,7 @@ class SwarmNetwork:
         """Wire bytes in and out since the node started."""
         return self.host.counters.snapshot()
 
-    def round_stats(self) -> dict:
+    def round_stats(self) -> SwarmRoundStats:
         self._save_known()  # each round, not only at a clean stop: a killed node rejoins too
         bytes_in, bytes_out = self.host.counters.snapshot()
         last_in, last_out = self._last_counters
@@ -253,36 +254,37 @@ class SwarmNetwork:
         fetch_s = list(self.host.fetch_latency_s)
         announce_s = self.board.take_latencies()
         bundle_bytes, self._bundle_bytes_in = self._bundle_bytes_in, 0
-        return {
-            "peers": len(self.host.connected_peers()),
-            "peers_heard": self.board.peers_heard(),
-            "bytes_in": bytes_in - last_in,
-            "bytes_out": bytes_out - last_out,
-            "announcements_in": self.board.received,
-            "announcements_refused": dict(self.board.refused),
-            "bundles_fetched": self._fetched,
-            "bundle_bytes_in": bundle_bytes,
-            "fetch_failures": failures[:5],
-            "fetch_seconds_p50": round(float(np.median(fetch_s)), 4) if fetch_s else None,
-            "announce_latency_s_p50": round(float(np.median(announce_s)), 4) if announce_s else None,
-            "fetches_pending": self._fetches_pending,
-            "host_restarts": self.host.health().restarts,
-            "reachability": self.host.reachability().state,
+        return SwarmRoundStats(
+            peers=len(self.host.connected_peers()),
+            peers_heard=self.board.peers_heard(),
+            bytes_in=bytes_in - last_in,
+            bytes_out=bytes_out - last_out,
+            announcements_in=self.board.received,
+            announcements_refused=dict(self.board.refused),
+            bundles_fetched=self._fetched,
+            bundle_bytes_in=bundle_bytes,
+            fetch_failures=failures[:5],
+            fetch_seconds_p50=round(float(np.median(fetch_s)), 4) if fetch_s else None,
+            announce_latency_s_p50=round(float(np.median(announce_s)), 4) if announce_s else None,
+            fetches_pending=self._fetches_pending,
+            host_restarts=self.host.health().restarts,
+            reachability=self.host.reachability().state,
             **self.host.gossip_figures(),
-            "shards": self.shard_level.shards,
-        }
+            shards=self.shard_level.shards,
+        )
 
     # ---- network-thread callbacks --------------------------------------------------------------
     def _serve(self, wanted: str) -> bytes | None:
         with self._own_lock:
             return self._own.get(wanted)
 
-    def _on_fetched(self, peer: str, wanted: str, body: bytes | None, why: str, seconds: float) -> None:
+    def _on_fetched(self, peer: str, wanted: str, body: bytes | None, outcome: FetchOutcome, why: str,
+                    seconds: float) -> None:
         with self._pending_lock:
             self._fetches_pending = max(0, self._fetches_pending - 1)
         if body is None:
             self._fetch_failures.append(f"{peer[:16]}: {why}")
-            if why not in NOT_THE_PEERS_FAULT:
+            if outcome.blames_peer:
                 self.reputation.fetch_failed(peer)
             return
         if digest(body) != wanted:

@@ -18,8 +18,8 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta, Struct
 
-from ..learning.rollout import QuestionGroup
-from ..learning.tasks import TaskSpec
+from ...learning.rollout import QuestionGroup
+from ...learning.tasks import TaskSpec
 
 PROTOCOL_VERSION = 1
 MAX_BUNDLE_BYTES = 512 * 1024  # compressed, on the wire

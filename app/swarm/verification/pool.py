@@ -15,10 +15,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from ..learning.rollout import QuestionGroup
-from ..learning.tasks import TaskSpec
+from ...learning.rollout import EXTERNAL_MAX_AGE_ROUNDS, QuestionGroup
+from ...learning.tasks import TaskSpec
 
-MAX_AGE_ROUNDS = 1  # this round's arrivals and the previous round's
+MAX_AGE_ROUNDS = EXTERNAL_MAX_AGE_ROUNDS  # this round's arrivals and the previous round's
 
 
 def group_key(spec: TaskSpec, replies: Iterable[str]) -> str:
@@ -62,7 +62,7 @@ class GroupPool:
         groups = [g for _, g in self._groups.values()]
         if round_no is None:
             return groups
-        return [g for g in groups if g.received_round is None or round_no - g.received_round <= MAX_AGE_ROUNDS]
+        return [g for g in groups if g.fresh_at(round_no)]
 
     def mark_used(self, groups: Iterable[QuestionGroup]) -> None:
         """Used groups leave the pool for good (their keys stay seen)."""

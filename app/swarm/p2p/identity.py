@@ -19,7 +19,7 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.serialization import deserialize_private_key
 from libp2p.peer.id import ID
 
-from ...backends.atomic import write_atomic
+from ....backends.atomic import write_atomic
 
 KEY_FILE = "identity.key"
 STAMP_FILE = "identity.json"

@@ -31,8 +31,8 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from .bundle_protocol import read_line
-from .relay import MAX_HELPERS, RelayClient, circuit_addr, is_helper, remote_ip
+from ..p2p.streams import read_line, remote_ip
+from .relay import MAX_HELPERS, RelayClient, circuit_addr, is_helper
 
 log = logging.getLogger("swarmling.swarm")
 

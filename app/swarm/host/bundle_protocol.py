@@ -8,22 +8,22 @@ it: a node asks the author directly, on the swarm's bundle protocol. Framing:
 
 Every wait has a deadline sized to what it waits for, so a peer can hold a slot only as long as it
 keeps delivering:
-- fetching: a connection that exists (either direction) is used; else dialling the author has its
-  own slots (MAX_DIALING) and a short deadline per address (DIAL_TIMEOUT_S), in the author's
-  order (public address, else its relay slots: relay.py), and an author that could not be
-  dialled is not tried again for a while
-  (`DialCooldown`): unreachable authors never hold the transfer slots (MAX_FETCHING) that
-  reachable ones need. A transfer must start within FIRST_BYTE_S and keep at least MIN_RATE_BPS
-  (and end within the fetch timeout); one transfer per author at a time.
+- fetching: a connection that exists (either direction) is used; else the author is dialled
+  first (`dial_author`: dialer.py's `AuthorDialer`, with its own slots and deadlines, and a
+  cooldown for authors it could not reach), so unreachable authors never hold the transfer slots
+  (MAX_FETCHING) that reachable ones need. A transfer must start within FIRST_BYTE_S and keep at
+  least MIN_RATE_BPS (and end within the fetch timeout); one transfer per author at a time.
 - serving: a request must arrive within REQUEST_TIMEOUT_S, a peer gets at most
   MAX_SERVING_PER_PEER of the MAX_SERVING upload slots, a stream waits at most SERVE_QUEUE_S for
   one, and the reply must leave at MIN_RATE_BPS: streams that never ask, or read slowly, are reset.
   Uploads over a helper's relay are bounded per minute (RELAYED_SERVES) on top of that.
-Every fetch asked for gets an outcome (`FetchDone`), even one cut short by the host stopping.
+Every fetch asked for gets an outcome (`FetchDone`, with a `FetchOutcome`), even one cut short by
+the host stopping.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import struct
 import time
@@ -33,10 +33,9 @@ from collections.abc import Awaitable, Callable
 import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo
 
-from .dialer import DIAL_TIMEOUT_S, DialCooldown, parse_peer_addr, pin_address
-from .relay import is_circuit, relay_of
+from ..nat.relay import is_circuit
+from ..p2p.streams import read_exact, read_line, remote_peer, reset_quietly
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -45,8 +44,6 @@ MAX_SERVING_PER_PEER = 2  # so a few peers cannot take them all
 SERVE_QUEUE_S = 2.0  # longest a request waits for an upload slot before its stream is reset
 REQUEST_TIMEOUT_S = 3.0  # a stream that has not asked for anything by then is reset
 MAX_FETCHING = 4  # transfers in flight at once
-MAX_DIALING = 2  # dials to unconnected authors at once, apart from the transfers
-MAX_DIAL_ATTEMPTS = 3  # announced addresses tried per fetch (public or relayed first, by the author)
 # Uploads through a helper's relay cost the helper's bandwidth too: at most this many per window
 # (a round is about a minute on a CPU node), whoever asks.
 RELAYED_SERVES, RELAYED_SERVES_PER_PEER, RELAYED_WINDOW_S = 16, 4, 60.0
@@ -55,16 +52,32 @@ MIN_RATE_BPS = 64 * 1024  # a 512 KiB bundle at this rate takes 8 s; slower peer
 REQUEST_LINE_LIMIT = 80
 CLOSE_TIMEOUT_S = 2.0  # closing a connection made only for one fetch
 IDLE_CLOSE_S = 10.0  # a connection made only for fetches is closed after this long without one
-ABANDONED = "not fetched: the swarm host stopped first"
-IN_FLIGHT = "a fetch from this peer is already in flight"
-COOLING = "could not be dialled lately: not tried again yet"
-NO_ROUTE = "not fetched: the helper relaying for this peer could not be reached"
-SLOW_CIRCUIT = "not fetched: the circuit through the peer's helper did not open in time"
-CIRCUIT_DIAL_TIMEOUT_S = 10.0  # two hops and three parties' handshakes
-NOT_THE_PEERS_FAULT = frozenset({ABANDONED, IN_FLIGHT, COOLING, NO_ROUTE, SLOW_CIRCUIT})  # outcomes that say nothing of the peer
+IDLE_CHECK_S = 1.0  # how often connections made for fetches are looked at
+
+
+class FetchOutcome(enum.Enum):
+    """How a fetch ended. Only FAILED counts against the author; the others say nothing of it
+    (ours, or its helper's doing). A value is the outcome in words, as the round's record gives it
+    (`SwarmRoundStats.fetch_failures`); FAILED's words come with each failure (what went wrong)."""
+
+    FETCHED = "fetched"
+    FAILED = "failed"
+    ABANDONED = "not fetched: the swarm host stopped first"
+    IN_FLIGHT = "a fetch from this peer is already in flight"
+    COOLING = "could not be dialled lately: not tried again yet"
+    NO_ROUTE = "not fetched: the helper relaying for this peer could not be reached"
+    SLOW_CIRCUIT = "not fetched: the circuit through the peer's helper did not open in time"
+
+    @property
+    def blames_peer(self) -> bool:
+        return self is FetchOutcome.FAILED
+
 
 BundleSource = Callable[[str], bytes | None]  # digest -> our bundle, if we still have it
-FetchDone = Callable[[str, str, bytes | None, str, float], None]  # peer, digest, body|None, why, seconds
+# peer, digest, body (None unless FETCHED), how it ended, that in words ("" when fetched), seconds
+FetchDone = Callable[[str, str, bytes | None, FetchOutcome, str, float], None]
+Outcome = tuple[FetchOutcome, str]  # how a fetch ended, and that in words
+DialAuthor = Callable[[str, ID, tuple[str, ...]], Awaitable[Outcome | None]]  # None: connected
 
 
 class BundleExchange:
@@ -79,8 +92,7 @@ class BundleExchange:
         on_fetched: FetchDone,
         latencies_s: deque[float],
         keeps_connection: Callable[[str], bool],
-        cooldown: DialCooldown,
-        dial_circuit: Callable[[str], Awaitable[None]] | None = None,
+        dial_author: DialAuthor,
     ) -> None:
         self._host = host
         self._protocol = protocol
@@ -89,11 +101,9 @@ class BundleExchange:
         self._on_fetched = on_fetched
         self._latencies_s = latencies_s  # successful fetches' durations are appended here
         self._keeps_connection = keeps_connection  # peer id -> is it a dial target
-        self._cooldown = cooldown  # authors we could not dial lately
-        self._dial_circuit = dial_circuit  # connects through a helper's relay (relay.py); None on helpers
+        self._dial_author = dial_author  # connects to an author we have no connection with (dialer.py)
         self.relayed_serves = RelayedServes()
         self._fetch_limit = trio.Semaphore(MAX_FETCHING)
-        self._dial_limit = trio.Semaphore(MAX_DIALING)
         self._serve_limit = trio.Semaphore(MAX_SERVING)
         self._fetching: set[str] = set()  # authors with a fetch in flight
         self._transient: dict[str, float] = {}  # peers connected only for fetches -> last bundle activity
@@ -109,25 +119,25 @@ class BundleExchange:
     async def fetch(self, peer: str, digest: str, max_bytes: int, addrs: tuple[str, ...]) -> None:
         """Fetch one bundle; the outcome, success or why not, always goes to `on_fetched`."""
         started = time.perf_counter()
-        body, why = None, ABANDONED  # what stays if the host stops under us
+        body, (outcome, why) = None, with_words(FetchOutcome.ABANDONED)  # what stays if the host stops under us
         try:
-            body, why = await self._fetch_once(peer, digest, max_bytes, addrs)
+            body, (outcome, why) = await self._fetch_once(peer, digest, max_bytes, addrs)
         finally:
             seconds = time.perf_counter() - started
             if body is not None:
                 self._latencies_s.append(seconds)
-            self._on_fetched(peer, digest, body, why, seconds)
+            self._on_fetched(peer, digest, body, outcome, why, seconds)
 
-    async def _fetch_once(self, peer: str, digest: str, max_bytes: int, addrs) -> tuple[bytes | None, str]:
+    async def _fetch_once(self, peer: str, digest: str, max_bytes: int, addrs) -> tuple[bytes | None, Outcome]:
         if peer in self._fetching:
-            return None, IN_FLIGHT
+            return None, with_words(FetchOutcome.IN_FLIGHT)
         self._fetching.add(peer)
         transient = False
         try:
             pid = ID.from_base58(peer)
             if peer not in {p.to_base58() for p in self._host.get_connected_peers()}:
-                failed = await self._dial(peer, pid, addrs)
-                if failed:
+                failed = await self._dial_author(peer, pid, addrs)
+                if failed is not None:
                     return None, failed
                 # A connection made only for fetches is closed once idle (close_idle): every open
                 # connection carries gossip control traffic, so keeping them would make a
@@ -141,63 +151,13 @@ class BundleExchange:
                     finally:
                         await reset_quietly(stream)
             assert scope.cancelled_caught
-            return None, f"fetch timed out after {self._timeout_s:.0f} s"
+            return None, (FetchOutcome.FAILED, f"fetch timed out after {self._timeout_s:.0f} s")
         except Exception as exc:  # noqa: BLE001 — the peer vanished, reset, spoke nonsense
-            return None, f"fetch failed: {type(exc).__name__}: {exc}"[:200]
+            return None, (FetchOutcome.FAILED, f"fetch failed: {type(exc).__name__}: {exc}"[:200])
         finally:
             self._fetching.discard(peer)
             if transient:
                 self._transient[peer] = time.monotonic()  # closed once idle: close_idle()
-
-    async def _dial(self, peer: str, pid: ID, addrs) -> str:
-        """Connect to an author for a fetch; "" once connected, else why not (and it cools down).
-
-        The announced addresses are tried in the author's order, which puts the one peers can
-        reach first (a public address a helper confirmed, else its slots on helpers' relays), at
-        most MAX_DIAL_ATTEMPTS of them and each within DIAL_TIMEOUT_S. An author that announces
-        relay slots is dialled only through them (its other addresses are its LAN's, whose
-        peers find it by mDNS), and when none of its helpers could be reached the author is not
-        to blame (NO_ROUTE: no cooldown, no mark on its record): a helper that restarts must not
-        leave its nodes shunning each other for minutes afterwards. A circuit that neither opens
-        nor is refused within CIRCUIT_DIAL_TIMEOUT_S says as little (three parties' handshakes, any
-        of them slow): SLOW_CIRCUIT, tried again next round, not held against the author."""
-        if self._cooldown.blocked(peer):
-            return COOLING
-        attempts = [a for a in addrs if _peer_info_or_none(a) and _peer_info_or_none(a).peer_id == pid
-                    and (not is_circuit(a) or relay_of(a))]  # a circuit must name its helper
-        if self._dial_circuit is None:
-            attempts = [a for a in attempts if not is_circuit(a)]
-        elif any(is_circuit(a) for a in attempts):
-            attempts = [a for a in attempts if is_circuit(a)]
-        if not attempts:
-            return "not connected and no address announced"
-        why, blamed = "", False
-        async with self._dial_limit:
-            for addr in attempts[:MAX_DIAL_ATTEMPTS]:
-                helper_up = not is_circuit(addr) or relay_of(addr) in {p.to_base58() for p in self._host.get_connected_peers()}
-                why = await self._dial_one(addr)
-                if not why:
-                    self._cooldown.succeeded(peer)
-                    return ""
-                blamed = blamed or (helper_up and why != SLOW_CIRCUIT)
-        if not blamed:
-            return why if why == SLOW_CIRCUIT else NO_ROUTE
-        self._cooldown.failed(peer)
-        return why
-
-    async def _dial_one(self, addr: str) -> str:
-        with trio.move_on_after(CIRCUIT_DIAL_TIMEOUT_S if is_circuit(addr) else DIAL_TIMEOUT_S):
-            try:
-                if is_circuit(addr):
-                    await self._dial_circuit(addr)
-                else:
-                    info = parse_peer_addr(addr)
-                    await self._host.connect(info)
-                    pin_address(self._host, info)
-                return ""
-            except Exception as exc:  # noqa: BLE001 — unreachable authors are normal
-                return f"dial failed: {type(exc).__name__}: {exc}"[:200]
-        return SLOW_CIRCUIT if is_circuit(addr) else f"dial timed out after {DIAL_TIMEOUT_S:.0f} s"
 
     async def close_idle(self) -> None:
         """Close connections made only for fetches once no bundle has crossed them for IDLE_CLOSE_S.
@@ -205,7 +165,7 @@ class BundleExchange:
         Not at once: two nodes fetch from each other in the same round, and the second may be
         using (or about to use) the connection the first made; closing it cut that fetch short."""
         while True:
-            await trio.sleep(1.0)
+            await trio.sleep(IDLE_CHECK_S)
             now = time.monotonic()
             for peer, last in list(self._transient.items()):
                 busy = peer in self._fetching or self._serving.get(peer, 0)
@@ -223,7 +183,7 @@ class BundleExchange:
 
     async def serve(self, stream) -> None:
         """The protocol's stream handler: answer one request within its deadlines, then close."""
-        peer = _remote_peer(stream)
+        peer = remote_peer(stream)
         if peer in self._transient:
             self._transient[peer] = time.monotonic()
         if self._serving.get(peer, 0) >= MAX_SERVING_PER_PEER or (_is_relayed(stream) and not self.relayed_serves.take(peer)):
@@ -257,28 +217,26 @@ class BundleExchange:
         return False
 
 
-async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, str]:
-    """Ask for one bundle on an open stream: (body, "") or (None, why not)."""
+async def _request(stream, digest: str, max_bytes: int) -> tuple[bytes | None, Outcome]:
+    """Ask for one bundle on an open stream: (body, FETCHED) or (None, why not)."""
     await stream.write(digest.encode("ascii") + b"\n")
     with trio.move_on_after(FIRST_BYTE_S) as waiting:
-        header = await _read_exact(stream, 4)
+        header = await read_exact(stream, 4)
     if waiting.cancelled_caught:
-        return None, f"no reply within {FIRST_BYTE_S:.0f} s"
+        return None, (FetchOutcome.FAILED, f"no reply within {FIRST_BYTE_S:.0f} s")
     (length,) = struct.unpack(">I", header)
     if length == 0:
-        return None, "the peer no longer has that bundle"
+        return None, (FetchOutcome.FAILED, "the peer no longer has that bundle")
     if length > max_bytes:
-        return None, f"announced bundle is {length} bytes, over the {max_bytes} limit"
+        return None, (FetchOutcome.FAILED, f"announced bundle is {length} bytes, over the {max_bytes} limit")
     with trio.move_on_after(FIRST_BYTE_S + length / MIN_RATE_BPS):
-        return await _read_exact(stream, length), ""
-    return None, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s"
+        return await read_exact(stream, length), (FetchOutcome.FETCHED, "")
+    return None, (FetchOutcome.FAILED, f"sent slower than {MIN_RATE_BPS // 1024} KiB/s")
 
 
-async def reset_quietly(stream) -> None:
-    try:
-        await stream.reset()
-    except Exception:  # noqa: BLE001 — already closed or gone
-        pass
+def with_words(outcome: FetchOutcome) -> Outcome:
+    """An outcome that needs no words beyond its own."""
+    return outcome, outcome.value
 
 
 class RelayedServes:
@@ -306,41 +264,3 @@ def _is_relayed(stream) -> bool:
         return any(is_circuit(str(a)) for a in stream.muxed_conn.get_transport_addresses())
     except Exception:  # noqa: BLE001 — unknown: treat as direct
         return False
-
-
-def _remote_peer(stream) -> str:
-    try:
-        return stream.muxed_conn.peer_id.to_base58()
-    except AttributeError:
-        return "?"
-
-
-def _peer_info_or_none(text: str) -> PeerInfo | None:
-    try:
-        return parse_peer_addr(text)
-    except ValueError:
-        return None
-
-
-async def _read_exact(stream, n: int) -> bytes:
-    """libp2p streams return partial chunks: read until n bytes or EOF (an error)."""
-    parts, got = [], 0
-    while got < n:
-        chunk = await stream.read(n - got)
-        if not chunk:
-            raise EOFError(f"stream ended after {got} of {n} bytes")
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-async def read_line(stream, limit: int) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        if len(data) >= limit:
-            raise ValueError("request line too long")
-        chunk = await stream.read(1)
-        if not chunk:
-            raise EOFError("request ended early")
-        data += chunk
-    return data[:-1]

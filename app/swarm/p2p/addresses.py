@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
 import psutil
@@ -52,3 +53,13 @@ def dialable_addrs(addrs: list[str], peer_id: str) -> list[str]:
     remote = [a for a in out if not is_loopback(a)]
     suffix = f"/p2p/{peer_id}" if peer_id else ""
     return [f"{a}{suffix}" for a in dict.fromkeys(remote or out)]
+
+
+def host_addr(host: str, port: int, peer_id: str) -> str:
+    """A peer address for an IP or a DNS name."""
+    try:
+        ip = ipaddress.ip_address(host)
+        proto = "ip4" if ip.version == 4 else "ip6"
+    except ValueError:
+        proto = "dns"
+    return f"/{proto}/{host}/tcp/{port}/p2p/{peer_id}"

@@ -11,6 +11,8 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from .backoff import Backoff
+
 RESTART_FIRST_S, RESTART_MAX_S = 1.0, 60.0
 STABLE_AFTER_S = 60.0  # a host that ran this long before failing starts again after the first delay
 
@@ -50,14 +52,12 @@ class RestartBackoff:
     """1 s, 2 s, 4 s … up to a minute; back to 1 s once a run lasted STABLE_AFTER_S."""
 
     def __init__(self) -> None:
-        self._delay = RESTART_FIRST_S
+        self._backoff = Backoff(RESTART_FIRST_S, RESTART_MAX_S)
 
     def next_delay(self, ran_s: float) -> float:
         if ran_s >= STABLE_AFTER_S:
-            self._delay = RESTART_FIRST_S
-        delay = self._delay
-        self._delay = min(RESTART_MAX_S, self._delay * 2)
-        return delay
+            self._backoff.reset()
+        return self._backoff.next_delay()
 
 
 def root_cause(exc: BaseException) -> BaseException:

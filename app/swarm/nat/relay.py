@@ -38,6 +38,8 @@ from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
+from ..p2p.streams import remote_ip
+
 log = logging.getLogger("swarmling.swarm")
 
 # What one helper gives: a bundle is ≤ 512 KiB and crosses in seconds, so a circuit lasts two
@@ -257,18 +259,3 @@ def relayed_only(host, peer: ID) -> bool:
         return bool(conns) and all(any(CIRCUIT in str(a) for a in c.get_transport_addresses()) for c in conns)
     except Exception:  # noqa: BLE001 — a connection closing under us: not known to be relayed
         return False
-
-
-def remote_ip(stream) -> str | None:
-    """The IP address the stream's connection comes from; None when relayed or unknown."""
-    try:
-        addrs = [str(a) for a in stream.muxed_conn.get_transport_addresses()]
-    except Exception:  # noqa: BLE001
-        return None
-    for addr in addrs:
-        parts = addr.split("/")
-        if "p2p-circuit" in parts:
-            return None
-        if len(parts) > 2 and parts[1] in ("ip4", "ip6"):
-            return parts[2]
-    return None

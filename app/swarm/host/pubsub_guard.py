@@ -30,8 +30,8 @@ from libp2p.crypto.serialization import deserialize_public_key
 from libp2p.peer.id import ID
 from libp2p.pubsub.pubsub import Pubsub
 
-from .bundle_protocol import reset_quietly
-from .relay import relayed_only
+from ..nat.relay import relayed_only
+from ..p2p.streams import reset_quietly
 
 log = logging.getLogger("swarmling.swarm")
 

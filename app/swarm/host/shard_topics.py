@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import trio
 
-from .shards import home_topic, parse_topic, publish_topics, subscriptions
+from ..verification.shards import home_topic, parse_topic, publish_topics, subscriptions
 
 log = logging.getLogger("swarmling.swarm")
 

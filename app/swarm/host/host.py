@@ -56,20 +56,20 @@ from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
-from .addresses import dialable_addrs, interface_hosts, is_loopback
+from ..nat.reachability import DialBackServer, Reachability, ReachabilityBoard, dialback_protocol, keep_reachable
+from ..nat.relay import HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, is_circuit, relayed_only
+from ..p2p.addresses import dialable_addrs, interface_hosts, is_loopback
+from ..p2p.counting_transport import Counters, CountingTCP
+from ..p2p.identity import peer_id_of
+from ..p2p.peerstore import DialablePeerstore
+from ..p2p.trio_bridge import TrioThread
+from ..verification.board import Verdict
 from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
-from .board import Verdict
-from .bundle_protocol import ABANDONED, BundleExchange, BundleSource, FetchDone
-from .counting_transport import Counters, CountingTCP
-from .dialer import DialCooldown, Dialer, parse_peer_addr
-from .identity import peer_id_of
-from .peerstore import DialablePeerstore
+from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome, with_words
+from .dialer import AuthorDialer, DialCooldown, Dialer, parse_peer_addr
 from .pubsub_guard import GuardedPubsub, IgnoredMessage
 from .shard_topics import ShardTopics
-from .reachability import DialBackServer, Reachability, ReachabilityBoard, dialback_protocol, keep_reachable
-from .relay import HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, is_circuit, relayed_only
 from .supervision import HealthBoard, HostHealth, RestartBackoff, describe
-from .trio_bridge import TrioThread
 
 # The names other modules import from here; the address helpers and parse_peer_addr live next door.
 __all__ = ["HostHealth", "HostSettings", "SwarmError", "SwarmHost", "interface_hosts", "parse_peer_addr"]
@@ -324,9 +324,10 @@ class SwarmHost:
         )
         pubsub = GuardedPubsub(host, gossipsub, strict_signing=True)
         self._pubsub = pubsub
+        authors = AuthorDialer(host, self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
                                        self.fetch_latency_s, keeps_connection=self._dialer.is_target,
-                                       cooldown=self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
+                                       dial_author=authors.dial)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
@@ -392,7 +393,7 @@ class SwarmHost:
                 peer, digest, _max_bytes, _addrs = fetch_recv.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
-            self._on_fetched(peer, digest, None, ABANDONED, 0.0)
+            self._on_fetched(peer, digest, None, *with_words(FetchOutcome.ABANDONED), 0.0)
 
     async def _serve_stream(self, stream) -> None:
         # The bundle protocol's handler, as a method: a test peer overrides it to misbehave.

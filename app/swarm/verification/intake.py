@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...backends.base import ChatPrompt, Sampler
-from ..learning.prompt import PromptFormat
-from ..learning.reward import CLOSE, OPEN
-from ..learning.rollout import QuestionGroup, ScoredCompletion
-from ..learning.tasks import EVAL_SEED, TaskError, load_preset, preset_names, regenerate
+from ....backends.base import ChatPrompt, Sampler
+from ...learning.prompt import PromptFormat
+from ...learning.reward import CLOSE, OPEN
+from ...learning.rollout import QuestionGroup, ScoredCompletion
+from ...learning.tasks import EVAL_SEED, TaskError, load_preset, preset_names, regenerate
 from .wire import WireGroup
 
 
