@@ -51,6 +51,12 @@ class RoundSection(_Section):
     external_groups: int = Field(default=4, ge=0, le=256)
     # At most this many external groups from any one peer per round.
     max_groups_per_peer: int = Field(default=2, ge=1, le=256)
+    # A focus (specialists, experiments): local questions only from these of the preset's datasets
+    # (default: all of them) ...
+    datasets: tuple[str, ...] = ()
+    # ... and these datasets held at a level (the curriculum does not move them, no replay); when
+    # every dataset drawn is held, datasets are picked uniformly: the curriculum is off.
+    levels: dict[str, int] = Field(default_factory=dict)
 
 
 def mix_problem(questions: int, external_groups: int) -> str | None:

@@ -182,9 +182,8 @@ def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_pat
 
 
 def test_a_whole_round_runs_on_the_torch_backend(torch_backend):
-    import numpy as np
-
     from swarmling.app.learning.curriculum import Curriculum
+    from swarmling.app.learning.draws import RoundDraws
     from swarmling.app.learning.round import RoundSettings, run_round
     from swarmling.app.learning.tasks import load_preset
 
@@ -192,7 +191,7 @@ def test_a_whole_round_runs_on_the_torch_backend(torch_backend):
     phases, progress = [], []
     settings = RoundSettings(questions=3, completions=4, max_new_tokens=12, temperature=1.0, local_groups=3,
                              external_groups=0, prefill_answer=True, format_bonus=0.5)
-    outcome = run_round(1, torch_backend, preset, Curriculum(preset), settings, np.random.default_rng(0),
+    outcome = run_round(1, torch_backend, preset, Curriculum(preset), settings, RoundDraws(0, 1),
                         on_phase=phases.append, on_progress=lambda *a: progress.append(a))
     m = outcome.record.to_dict()
     assert m["questions"] == 3 and m["completions"] == 12 and m["generated_tokens"] > 0

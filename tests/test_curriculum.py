@@ -129,3 +129,17 @@ def test_an_earlier_versions_state_keeps_its_levels_and_judges_them_afresh():
     assert cur.progress["chain_sum"].level == 3 and cur.tag_rate == 0.9
     cur.record("chain_sum", 3, WRONG)
     assert cur.progress["chain_sum"].level == 3  # one group is not a verdict, whatever came before
+
+
+def test_a_focus_draws_only_its_datasets_and_holds_its_levels():
+    cur = fresh().focus(("chain_sum", "leg_counting"), {"chain_sum": 2, "leg_counting": 0})
+    assert list(cur.weights()) == [0.5, 0.5]  # all held: picked uniformly, the curriculum off
+    feed(cur, "chain_sum", [RIGHT] * 8)
+    feed(cur, "leg_counting", [WRONG] * 8)
+    assert cur.levels()["chain_sum"] == 2 and cur.levels()["leg_counting"] == 0
+    picks = cur.pick(np.random.default_rng(0), 400)
+    assert {p for p in picks} == {("chain_sum", 2), ("leg_counting", 0)}  # no replay from below a held level
+    with pytest.raises(ValueError, match="not in preset"):
+        fresh().focus(("no_such_dataset",))
+    with pytest.raises(ValueError, match="levels 0-"):
+        fresh().focus(levels={"chain_sum": 9})

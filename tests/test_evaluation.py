@@ -6,12 +6,12 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from fakes import SETTINGS, FakeBackend, make_node, records
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.evaluation import EVAL_ITEMS, eval_tasks, evaluate
+from swarmling.app.learning.draws import RoundDraws
 from swarmling.app.learning.round import run_round
 from swarmling.app.learning.tasks import EVAL_SEED, load_preset, preset_names
 
@@ -23,9 +23,9 @@ def test_the_evaluation_set_is_fixed_and_never_drawn_by_a_round(name):
     assert EVAL_ITEMS - len(preset.datasets) < len(tasks) <= EVAL_ITEMS
     assert {t.spec.dataset for t in tasks} == set(preset.datasets)
     assert all(t.spec.seed >= EVAL_SEED for t in tasks)
-    rng, drawn = np.random.default_rng(0), set()
+    drawn = set()
     for round_no in range(1, 26):  # 100 training tasks, drawn as rounds draw them
-        outcome = run_round(round_no, FakeBackend(), preset, Curriculum(preset), SETTINGS, rng)
+        outcome = run_round(round_no, FakeBackend(), preset, Curriculum(preset), SETTINGS, RoundDraws(0, round_no))
         drawn |= {g.task.spec.seed for g in outcome.groups}
     assert max(drawn) < EVAL_SEED
     assert eval_tasks(name) is tasks and [t.question for t in eval_tasks.__wrapped__(name)] == [t.question for t in tasks]

@@ -5,12 +5,12 @@ backend's tokenizer, real reasoning-gym tasks."""
 from __future__ import annotations
 
 import msgspec
-import numpy as np
 import pytest
 from fakes import SETTINGS, FakeBackend
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.prompt import PromptFormat
+from swarmling.app.learning.draws import RoundDraws
 from swarmling.app.learning.round import run_round
 from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, admit_group, reply_shape_problem
 from swarmling.app.swarm.verification.wire import WireCompletion, bundle_from_groups
@@ -22,7 +22,7 @@ PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"
 @pytest.fixture(scope="module")
 def wire_group():
     preset = load_preset("starter")
-    outcome = run_round(1, FakeBackend(), preset, Curriculum(preset), SETTINGS, np.random.default_rng(0))
+    outcome = run_round(1, FakeBackend(), preset, Curriculum(preset), SETTINGS, RoundDraws(0, 1))
     bundle = bundle_from_groups(outcome.groups, swarm="t", node_id=PEER, model="smollm2-135m", round_no=1,
                                 timestamp=1.0, prefill="<answer>")
     return bundle.groups[0], outcome.groups[0].task

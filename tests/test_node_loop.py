@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-import numpy as np
 import pytest
 from fakes import NODE_CLI, SETTINGS, FakeBackend, make_node, records
 from waiting import wait_until
@@ -15,6 +14,7 @@ from waiting import wait_until
 from swarmling.app.config import ConfigError, load_config
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.node.guest import Readings
+from swarmling.app.learning.draws import RoundDraws
 from swarmling.app.learning.round import run_round
 from swarmling.app.swarm.verification.wire import bundle_from_groups, encode_bundle
 from swarmling.app.learning.tasks import load_preset
@@ -114,7 +114,7 @@ def test_a_long_suspension_releases_the_backend_and_resuming_rebuilds_it(tmp_pat
 
 def test_peers_bundles_are_verified_at_intake_with_the_swarm_off(tmp_path):
     preset = load_preset("starter")
-    theirs = run_round(1, FakeBackend(), preset, Curriculum(preset), SETTINGS, np.random.default_rng(1))
+    theirs = run_round(1, FakeBackend(), preset, Curriculum(preset), SETTINGS, RoundDraws(1, 1))
     data = encode_bundle(bundle_from_groups(theirs.groups, swarm="test", node_id=PEER, model="smollm2-135m",
                                             round_no=1, timestamp=1.0, prefill="<answer>"))
     events = []

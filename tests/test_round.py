@@ -3,12 +3,12 @@ abandoned round leaves behind, and when peers' groups are asked for."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from fakes import SETTINGS, FakeBackend
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.events import PHASES
+from swarmling.app.learning.draws import RoundDraws
 from swarmling.app.learning.round import RoundSettings, run_round
 from swarmling.app.learning.tasks import load_preset
 from swarmling.backends.base import Abandoned
@@ -16,7 +16,7 @@ from swarmling.backends.base import Abandoned
 
 def test_a_round_runs_its_phases_in_order_and_records_them():
     preset, backend, phases, shared = load_preset("starter"), FakeBackend(), [], []
-    outcome = run_round(1, backend, preset, Curriculum(preset), SETTINGS, np.random.default_rng(0),
+    outcome = run_round(1, backend, preset, Curriculum(preset), SETTINGS, RoundDraws(0, 1),
                         on_phase=phases.append, share=shared.append)
     assert tuple(phases) == PHASES  # the fake's replies differ in format: the group has a signal, it trains
     assert backend.train_steps == 1 and backend.handoffs == 1
@@ -41,7 +41,7 @@ def test_peers_groups_are_asked_for_when_the_round_samples_its_training_set():
         phases.append("asked")
         return []
 
-    run_round(1, FakeBackend(), preset, Curriculum(preset), SETTINGS, np.random.default_rng(0),
+    run_round(1, FakeBackend(), preset, Curriculum(preset), SETTINGS, RoundDraws(0, 1),
               external=external, on_phase=phases.append)
     assert phases.index("asked") == phases.index("sample") + 1
 
@@ -52,7 +52,7 @@ def test_an_abandoned_round_changes_nothing():
     before = curriculum.to_dict()
     backend = FakeBackend()
     with pytest.raises(Abandoned):
-        run_round(1, backend, preset, curriculum, SETTINGS, np.random.default_rng(0), should_stop=lambda: True)
+        run_round(1, backend, preset, curriculum, SETTINGS, RoundDraws(0, 1), should_stop=lambda: True)
     assert curriculum.to_dict() == before and backend.train_steps == 0
 
 
@@ -60,6 +60,6 @@ def test_a_round_without_signal_does_not_train():
     preset = load_preset("starter")
     backend = FakeBackend()
     no_signal = RoundSettings(**{**SETTINGS.__dict__, "completions": 1})  # one reply per group: no spread
-    outcome = run_round(1, backend, preset, Curriculum(preset), no_signal, np.random.default_rng(0))
+    outcome = run_round(1, backend, preset, Curriculum(preset), no_signal, RoundDraws(0, 1))
     assert backend.train_steps == 0 and outcome.record.train is None and "train" not in outcome.record.to_dict()
     assert outcome.trained == [] and outcome.used_external == []

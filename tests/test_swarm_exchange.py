@@ -3,10 +3,10 @@ pools and trains on A's groups (I local + J external), re-scored by B itself."""
 
 from __future__ import annotations
 
-import numpy as np
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.prompt import PromptFormat
+from swarmling.app.learning.draws import RoundDraws
 from swarmling.app.learning.round import RoundSettings, run_round
 from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, admit_group
 from swarmling.app.swarm.verification.pool import GroupPool, group_key
@@ -24,7 +24,7 @@ def settings(external: int) -> RoundSettings:
 def test_b_trains_on_groups_from_a(backend_factory, tmp_path):
     preset = load_preset("starter")
     node_a, node_b = backend_factory(tmp_path / "a"), backend_factory(tmp_path / "b")
-    outcome_a = run_round(1, node_a, preset, Curriculum(preset), settings(0), np.random.default_rng(1))
+    outcome_a = run_round(1, node_a, preset, Curriculum(preset), settings(0), RoundDraws(1, 1))
     data = encode_bundle(bundle_from_groups(outcome_a.groups, swarm="test", node_id=PEER_A, model="smollm2-135m",
                                             round_no=1, timestamp=1.0, prefill="<answer>"))
 
@@ -54,7 +54,7 @@ def test_b_trains_on_groups_from_a(backend_factory, tmp_path):
 
     with_signal = [g for g in b_groups if g.has_signal]
     assert with_signal, "A's round had no group with signal: nothing to exchange"
-    outcome_b = run_round(1, node_b, preset, Curriculum(preset), settings(2), np.random.default_rng(2),
+    outcome_b = run_round(1, node_b, preset, Curriculum(preset), settings(2), RoundDraws(2, 1),
                           external=pool.available())
     assert outcome_b.record.external_groups == min(2, len(with_signal))
     assert outcome_b.record.external_available == len(pool)
@@ -95,7 +95,7 @@ def test_node_takes_peer_bundles_through_its_inbox(backend_factory, tmp_path):
 
     preset = load_preset("starter")
     node_a = backend_factory(tmp_path / "a")
-    outcome_a = run_round(1, node_a, preset, Curriculum(preset), settings(0), np.random.default_rng(3))
+    outcome_a = run_round(1, node_a, preset, Curriculum(preset), settings(0), RoundDraws(3, 1))
     data = encode_bundle(bundle_from_groups(outcome_a.groups, swarm="test", node_id=PEER_A, model="smollm2-135m",
                                             round_no=1, timestamp=1.0, prefill="<answer>"))
 

@@ -34,6 +34,7 @@ from ..config import Config
 from ..node.loop import Node
 from ..paths import Paths, resolve_paths
 from ..events import PHASES
+from ..learning.draws import RoundDraws
 from ..learning.round import run_round, training_samples
 from ...backends.base import Backend, TrainerSwitches, TrainSample
 
@@ -61,7 +62,7 @@ def _bench(node: Node, rounds: int) -> int:
     rows, outcome = [], None
     reset_peak_rss()  # the rounds' peak, not the start's one-time model conversion
     for i in range(1, rounds + 1):
-        outcome = run_round(i, node.backend, node.preset, node.curriculum, settings, node.rng)
+        outcome = run_round(i, node.backend, node.preset, node.curriculum, settings, RoundDraws(node.seed, i))
         node.curriculum = outcome.curriculum
         m = outcome.record
         rows.append(m)

@@ -19,6 +19,11 @@ starts to succeed). `REPLAY_SHARE` of a dataset's questions come from the levels
 (uniformly), so what was learnt there keeps being practised; their groups train as usual but do not
 move the current level.
 
+A node may be focused (`focus`: round.datasets, round.levels): local questions only from some
+datasets (a specialist), some of them at fixed levels. A fixed level never moves and has no
+replay; when every dataset drawn is fixed, datasets are picked uniformly: the curriculum is off,
+as an experiment needs so that the two arms of a pair draw the same questions in every round.
+
 The tag rate (share of replies with a closed <answer> tag) scales the fading format bonus.
 """
 
@@ -72,6 +77,8 @@ class Curriculum:
     preset: Preset
     progress: dict[str, DatasetProgress] = field(default_factory=dict)
     tag_rate: float = 0.0
+    drawn: tuple[str, ...] = ()  # the datasets local questions come from (the focus; all when empty)
+    fixed: dict[str, int] = field(default_factory=dict)  # datasets held at a level (the focus)
 
     def __post_init__(self) -> None:
         for name in self.preset.datasets:
@@ -84,19 +91,41 @@ class Curriculum:
                 top = len(self.preset.levels[name]) - 1
                 self.progress[name].level = min(self.progress[name].level, top)
 
+    def focus(self, datasets: tuple[str, ...] = (), levels: dict[str, int] | None = None) -> Curriculum:
+        """Draw only from `datasets` (all when empty), holding `levels` fixed; ValueError naming what
+        the preset does not have."""
+        for name in (*datasets, *(levels or {})):
+            if name not in self.preset.levels:
+                raise ValueError(f"dataset {name!r} is not in preset {self.preset.name!r} "
+                                 f"({', '.join(self.preset.datasets)})")
+        for name, level in (levels or {}).items():
+            if not 0 <= level < len(self.preset.levels[name]):
+                raise ValueError(f"{name} has levels 0-{len(self.preset.levels[name]) - 1} in preset {self.preset.name!r}")
+            self.progress[name] = DatasetProgress(level=level) if self.progress[name].level != level else self.progress[name]
+        self.drawn, self.fixed = tuple(datasets), dict(levels or {})
+        return self
+
+    @property
+    def datasets(self) -> tuple[str, ...]:
+        return self.drawn or self.preset.datasets
+
     def weights(self) -> np.ndarray:
-        w = np.array([WEIGHT_FLOOR + self.progress[d].mixed_share for d in self.preset.datasets])
+        """Of `datasets`: uniform when every one is fixed (the curriculum off), else by mixed share."""
+        if all(d in self.fixed for d in self.datasets):
+            return np.full(len(self.datasets), 1 / len(self.datasets))
+        w = np.array([WEIGHT_FLOOR + self.progress[d].mixed_share for d in self.datasets])
         return w / w.sum()
 
     def pick(self, rng: np.random.Generator, n: int) -> list[tuple[str, int]]:
         """`n` (dataset, level) picks: datasets by weight, a replay share from the levels below."""
-        names = self.preset.datasets
+        names = self.datasets
         chosen = rng.choice(len(names), size=n, replace=n > len(names), p=self.weights())
         replay = rng.random(n) < REPLAY_SHARE
         below = rng.random(n)
         picks = []
         for i, again, u in zip(chosen, replay, below):
             level = self.progress[names[i]].level
+            again = again and names[i] not in self.fixed
             picks.append((names[i], int(u * level) if again and level > 0 else level))
         return picks
 
@@ -108,12 +137,13 @@ class Curriculum:
         prog = self.progress[dataset]
         if level != prog.level:  # a replay from below, or sampled before a level change
             return
+        fixed = dataset in self.fixed
         mean = float(np.mean(strict))
         prog.success = mean if prog.groups == 0 else (1 - EMA) * prog.success + EMA * mean
         prog.groups += 1
         prog.recent = [*prog.recent, group_outcome(strict)][-WINDOW:]
         top = len(self.preset.levels[dataset]) - 1
-        if len(prog.recent) < MIN_GROUPS:
+        if len(prog.recent) < MIN_GROUPS or fixed:
             return
         if prog.share(ALL_RIGHT) >= UP_ALL_RIGHT and prog.level < top:
             self.progress[dataset] = DatasetProgress(level=prog.level + 1)

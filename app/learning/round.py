@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
 
-import numpy as np
 import psutil
 
 from ...backends.base import Abandoned, Backend, SamplingParams, StopCheck, TrainSample
@@ -24,6 +23,7 @@ from .curriculum import ALL_RIGHT, ALL_WRONG, MIXED, Curriculum, group_outcome
 from ..sizing import RoundShape
 from .prompt import STOP, PromptFormat
 from .rollout import QuestionGroup, ScoredCompletion, ShareCallback
+from .draws import RoundDraws
 from .evaluation import EvalResult, eval_fields
 from .round_record import RoundRecord, SwarmRoundStats, TrainRecord
 from .group_selection import select_groups
@@ -99,7 +99,7 @@ def run_round(
     preset: Preset,
     curriculum: Curriculum,
     settings: RoundSettings,
-    rng: np.random.Generator,
+    draws: RoundDraws,
     external: Sequence[QuestionGroup] | ExternalSource = (),
     should_stop: StopCheck | None = None,
     on_phase: PhaseCallback | None = None,
@@ -120,8 +120,9 @@ def run_round(
         timings[name] = timings.get(name, 0.0) + now - clock
         clock = now
 
-    # 1. tasks, picked by the node's own success rate
+    # 1. tasks, picked by the node's own curriculum
     phase("tasks")
+    rng = draws.stream("tasks")
     picks = curriculum.pick(rng, settings.questions)
     tasks = [
         regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
@@ -137,7 +138,7 @@ def run_round(
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
         stop=STOP,
-        seed=int(rng.integers(2**31)),
+        seed=int(draws.stream("sampling").integers(2**31)),
     )
     gen = backend.generate(prompts, settings.completions, params, stop, _in_phase(on_progress, "generate"))
     if any(c.finish_reason == "abandoned" for group in gen.completions for c in group):
@@ -170,7 +171,8 @@ def run_round(
     if callable(external):
         external = external()
     selection = select_groups(
-        groups, external, settings.local_groups, settings.external_groups, rng, settings.max_groups_per_peer
+        groups, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
+        settings.max_groups_per_peer,
     )
     # The batch: the groups still waiting for a step (the policy has not moved since they were
     # sampled; a peer's only while fresh) and this round's selection.

@@ -22,7 +22,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
 
 from ...backends.base import Abandoned, Backend, StopCheck
 from ...backends.factory import build_backend
@@ -31,6 +30,7 @@ from ..errors import NodeError
 from ..events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished, RoundRollouts, StateChanged, group_views
 from ..hardware import Hardware, detect
 from ..learning.curriculum import Curriculum
+from ..learning.draws import RoundDraws
 from ..learning.evaluation import EvalResult, evaluate
 from ..learning.prompt import PromptFormat
 from ..learning.rollout import QuestionGroup
@@ -75,11 +75,7 @@ class Node(NodeControls):
         self.preset: Preset | None = None
         self.sizing: Sizing | None = None
         self.slot: BackendSlot | None = None
-        self.seed = 0
-        self.rng = np.random.default_rng(0)
-        # Which bundles to fetch depends on what the network delivered: a separate stream, so the
-        # round's own draws (tasks, sampling, the training set) stay reproducible from the seed.
-        self.rng_network = np.random.default_rng([0, 1])
+        self.seed = 0  # each round's draws come from it (learning/draws.py)
         self.curriculum: Curriculum | None = None
         self.waiting: list[QuestionGroup] = []  # selected groups waiting for the minimum batch
         self.round = 0
@@ -135,9 +131,11 @@ class Node(NodeControls):
         spec = backend_spec(cfg, self.paths, self.sizing.build, self.model, self.seed % 2**31)
         self.slot = BackendSlot(spec, self.paths.checkpoints, self._build)
         backend = self.slot.open()
-        self.rng = np.random.default_rng(self.seed)
-        self.rng_network = np.random.default_rng([self.seed, 1])
-        self.curriculum, self.waiting = restore(start, backend, self.rng, self.preset, self.emit)
+        self.curriculum, self.waiting = restore(start, backend, self.preset, self.emit)
+        try:
+            self.curriculum.focus(cfg.round.datasets, cfg.round.levels)
+        except ValueError as exc:
+            raise NodeError(f"round.datasets / round.levels: {exc}") from None
         self.round = start.round
         reconcile(self.paths.metrics_file, self.round, start.saved_record)
         self.held_out.resumed_at(self.round, start.saved_record)
@@ -206,14 +204,16 @@ class Node(NodeControls):
     def _run_round(self, round_no: int) -> None:
         prefill = self.prompt_format.prefill
         last = self.board.last_record
-        self.swarm.start_round(self.rng_network, inbound_budget(self.config, last.wall_seconds if last else None))
+        draws = RoundDraws(self.seed, round_no)
+        # Which bundles to fetch depends on what the network delivered: a stream of its own.
+        self.swarm.start_round(draws.stream("fetches"), inbound_budget(self.config, last.wall_seconds if last else None))
         outcome = run_round(
             round_no,
             self.slot.backend,
             self.preset,
             self.curriculum,
             self.round_settings(),
-            self.rng,
+            draws,
             # Peers' bundles that arrived while we generated are verified when the round samples.
             external=lambda: self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0,
                                                         round_no),
@@ -225,7 +225,7 @@ class Node(NodeControls):
             waiting=self.waiting,
         )
         write_checkpoint(
-            self.paths.checkpoints, round_no, seed=self.seed, model=self.model.name, rng=self.rng,
+            self.paths.checkpoints, round_no, seed=self.seed, model=self.model.name,
             curriculum=outcome.curriculum, waiting=outcome.waiting, record=outcome.record,
             save_backend=self.slot.backend.save_state, keep=self.config.checkpoint.keep, last_good_round=self.round,
         )

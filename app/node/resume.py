@@ -35,7 +35,9 @@ class NodeState(msgspec.Struct, kw_only=True, frozen=True):
     round: int
     seed: int
     model: str
-    rng: dict  # numpy's bit generator state
+    # numpy's bit generator state, where an earlier version kept one generator for every draw; each
+    # round's draws now come from (seed, round): nothing to save (learning/draws.py)
+    rng: dict | None = None
     curriculum: dict | None = None  # learning/curriculum.py's to_dict()
     # Groups selected for training, waiting for the minimum batch (rollout.QuestionGroup.to_state):
     # kept, so a restart loses none of the work that went into them.
@@ -82,10 +84,9 @@ def find_start(checkpoints: Path, model_name: str, configured_seed: int | None) 
     return StartPoint(state.seed, checkpoint, state)
 
 
-def restore(start: StartPoint, backend: Backend, rng: np.random.Generator, preset: Preset,
-            emit: Listener) -> tuple[Curriculum, list[QuestionGroup]]:
-    """Load the checkpoint's adapter and optimizer, put the RNG back; returns the curriculum and
-    the groups that were waiting for a training step."""
+def restore(start: StartPoint, backend: Backend, preset: Preset, emit: Listener) -> tuple[Curriculum, list[QuestionGroup]]:
+    """Load the checkpoint's adapter and optimizer; returns the curriculum and the groups that were
+    waiting for a training step."""
     if start.checkpoint is None:
         return Curriculum(preset), []
     try:
@@ -103,7 +104,6 @@ def restore(start: StartPoint, backend: Backend, rng: np.random.Generator, prese
             f"could not resume from {start.checkpoint.path}: {exc}. Restore the matching [train] settings, "
             "or use another --home to start fresh"
         ) from exc
-    rng.bit_generator.state = start.state.rng
     return Curriculum.from_dict(preset, start.state.curriculum), _waiting_groups(start.state.waiting, emit)
 
 
@@ -122,7 +122,6 @@ def write_checkpoint(
     *,
     seed: int,
     model: str,
-    rng: np.random.Generator,
     curriculum: Curriculum,
     waiting: Sequence[QuestionGroup],
     record: RoundRecord,
@@ -130,7 +129,7 @@ def write_checkpoint(
     keep: int,
     last_good_round: int,
 ) -> None:
-    state = NodeState(learning=LEARNING_VERSION, round=round_no, seed=seed, model=model, rng=rng.bit_generator.state,
+    state = NodeState(learning=LEARNING_VERSION, round=round_no, seed=seed, model=model,
                       curriculum=curriculum.to_dict(), waiting=[g.to_state() for g in waiting],
                       metrics=record.to_dict())
     try:
