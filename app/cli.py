@@ -98,13 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     relay.add_argument("--every", type=_positive, default=60, metavar="S", help="print figures every S seconds (default 60)")
     _add_overrides(relay)
 
-    exp = sub.add_parser("experiment", help="does sharing help? N in-process nodes per local/external mix and seed")
-    exp.add_argument("--nodes", type=_positive, default=4, help="nodes per configuration (default 4)")
-    exp.add_argument("--rounds", type=_positive, default=20, help="rounds per node (default 20)")
-    exp.add_argument("--seeds", type=_positive, default=3, help="seeds per mix (default 3)")
-    exp.add_argument("--mixes", default="8/0,6/2,4/4,2/6", help="local/external mixes in the paper's units of 8, "
-                     "scaled to the round's Q (default: the paper's four)")
+    exp = sub.add_parser("experiment", help="does sharing help? a design's arms x seeds, N in-process nodes each")
+    exp.add_argument("--design", default="specialists", choices=("specialists", "rare-success", "paper"),
+                     help="specialists (default), rare-success or paper: README 'Does sharing help?'")
+    exp.add_argument("--nodes", type=_positive, help="nodes per configuration (default: the design's)")
+    exp.add_argument("--rounds", type=_positive, help="rounds per node (default: the design's)")
+    exp.add_argument("--seeds", type=_positive, help="seeds, i.e. pairs (default: the design's)")
+    exp.add_argument("--seed-offset", type=int, default=0, help="the first seed (default 0): new seeds for new runs")
     exp.add_argument("--models", default="", help="comma-separated models, round-robin over the nodes (default: the configured one)")
+    exp.add_argument("--minutes", type=float, help="stop after this long (at a round's end); the same command resumes")
     exp.add_argument("--out", type=Path, default=Path("swarmling-experiment"), help="results folder; run again to resume")
     exp.add_argument("--tiny", action="store_true", help="tiny rounds (smoke runs)")
     _add_overrides(exp)
@@ -275,12 +277,15 @@ def _bench_swarm(c: Invocation) -> int:
 
 
 def _experiment(c: Invocation) -> int:
-    from .commands.experiment import ExperimentOptions, experiment_command, parse_mixes
+    from .commands.experiment import ExperimentOptions, design_named, experiment_command
 
-    a = c.args
+    a, design = c.args, design_named(c.args.design)
+    threads = c.config.backend.threads or 2  # an experiment's default: the 2 threads its figures were measured on
+    overrides = tuple((k, v) for k, v in c.overrides if k != "backend.threads")
     return experiment_command(ExperimentOptions(
-        out=a.out, nodes=a.nodes, rounds=a.rounds, seeds=a.seeds, mixes=parse_mixes(a.mixes),
-        models=tuple(m for m in a.models.split(",") if m), tiny=a.tiny, overrides=tuple(c.overrides)), c.paths)
+        design=design, out=a.out, nodes=a.nodes or design.nodes, rounds=a.rounds or design.rounds,
+        seeds=a.seeds or design.seeds, seed_offset=a.seed_offset, models=tuple(m for m in a.models.split(",") if m),
+        tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides), c.paths)
 
 
 def _eval(c: Invocation) -> int:

@@ -1,36 +1,94 @@
 """`swarmling experiment` on the fake backend: the grid runs, nodes verify and train on each
-other's groups through the in-memory exchange, the outputs are written, and a rerun resumes."""
+other's groups through the in-memory exchange, the outputs are written, a run stopped mid-grid
+resumes to exactly what an uninterrupted one gives; and its statistics on synthetic data."""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
+import pytest
 from fakes import FakeBackend
 
-from swarmling.app.commands.experiment import ExperimentOptions, Mix, parse_mixes, run_experiment
+from swarmling.app.commands.experiment.designs import DESIGNS, Arm
+from swarmling.app.commands.experiment.grid import ExperimentOptions, node_config, run_experiment
+from swarmling.app.commands.experiment.report import plot, summarise, table
+from swarmling.app.commands.experiment.statistics import detectable_effect, paired_difference, t_quantile
 from swarmling.app.paths import resolve_paths
+
+SMALL = replace(DESIGNS["specialists"], nodes=2, rounds=4, seeds=2, burn_in=1, eval_every=2)
+
+
+def options(out, **kw) -> ExperimentOptions:
+    return ExperimentOptions(design=SMALL, out=out, nodes=2, rounds=4, seeds=2, seed_offset=50, tiny=True, threads=1,
+                             overrides=(("train.min_signal_groups", 0),), **kw)
+
+
+def fake(spec):
+    return FakeBackend()
 
 
 def test_mixes_scale_to_the_rounds_questions():
-    assert [m.scaled(8) for m in parse_mixes("8/0,6/2,4/4,2/6")] == [(8, 0), (6, 2), (4, 4), (2, 6)]
-    assert [m.scaled(4) for m in parse_mixes("8/0,4/4")] == [(4, 0), (2, 2)]
+    assert [Arm("x", *m).scaled(8) for m in ((8, 0), (6, 2), (4, 4), (2, 6))] == [(8, 0), (6, 2), (4, 4), (2, 6)]
+    assert [Arm("x", *m).scaled(4) for m in ((8, 0), (4, 4))] == [(4, 0), (2, 2)]
 
 
-def test_an_experiment_compares_mixes_and_resumes(tmp_path):
-    options = ExperimentOptions(out=tmp_path / "exp", nodes=2, rounds=3, seeds=1, mixes=(Mix(8, 0), Mix(4, 4)),
-                                tiny=True, overrides=(("eval.every_rounds", 1), ("train.min_signal_groups", 0)))
-    summary = run_experiment(options, resolve_paths(tmp_path / "home"), build=lambda spec: FakeBackend(),
-                             show_progress=False)
-    alone, shared = summary["mixes"]["8/0"], summary["mixes"]["4/4"]
-    for mix in (alone, shared):
-        assert [len(curve) for curve in mix["seeds"][0]["per_node_reward"]] == [3, 3]
-        assert mix["cumulative_reward_mean"] is not None and mix["seeds"][0]["eval_by_round"]
-    assert alone["seeds"][0]["external_advantage_share"] == 0  # nothing taken from peers
-    assert shared["seeds"][0]["external_advantage_share"] > 0  # the peers' verified groups were trained on
-    out = options.out
-    assert {"summary.json", "table.md", "experiment.png", "experiment.svg"} <= {p.name for p in out.iterdir()}
-    assert "| 4/4 |" in (out / "table.md").read_text()
-    before = json.loads((out / "summary.json").read_text())
-    again = run_experiment(options, resolve_paths(tmp_path / "home"), build=lambda spec: FakeBackend(),
-                           show_progress=False)  # everything is checkpointed: nothing to run
-    assert again["mixes"]["4/4"]["seeds"][0]["per_node_reward"] == before["mixes"]["4/4"]["seeds"][0]["per_node_reward"]
+def test_the_arms_of_a_pair_share_their_seed_and_differ_in_mix_and_focus():
+    o = options(None)
+    alone, sharing, uniform = (node_config(o, SMALL.arm(a), 51, 1) for a in ("alone", "sharing", "alone-uniform"))
+    assert alone.run.seed == sharing.run.seed == uniform.run.seed == 51001
+    assert (alone.round.external_groups, sharing.round.external_groups) == (0, 2)
+    assert alone.round.datasets == sharing.round.datasets == ("basic_arithmetic",)  # node 1's speciality
+    assert set(uniform.round.datasets) == {d for d, _ in SMALL.specialities}
+    assert alone.round.levels == {"basic_arithmetic": 0} and alone.eval.every_rounds == 0
+
+
+def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
+    o = options(tmp_path / "exp")
+    assert run_experiment(o, resolve_paths(tmp_path / "home"), build=fake, progress=lambda s: None)
+    summary = summarise(o)
+    assert set(summary["arms"]) == {"alone", "sharing", "alone-uniform"}
+    assert all(len(a["seeds"]) == 2 for a in summary["arms"].values())
+    shares = [s["external_advantage_share"] for s in summary["arms"]["sharing"]["seeds"].values()]
+    assert all(share and share > 0 for share in shares)  # the peers' verified groups were trained on
+    assert all(not s["external_advantage_share"] for s in summary["arms"]["alone"]["seeds"].values())
+    assert set(summary["comparisons"]) == {"sharing", "alone-uniform"}
+    assert summary["comparisons"]["sharing"]["pairs"] == 2
+    base = json.loads((o.out / "base.json").read_text())
+    assert set(base) == {"smollm2-135m"}  # the base model scored once, shared by every node
+    text = table(summary)
+    assert "| sharing | 2 |" in text and "paired difference" in text and "smallest detectable" in text
+    plot(summary, o.out)
+    assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
+
+
+def test_a_grid_stopped_midway_resumes_to_what_an_uninterrupted_one_gives(tmp_path):
+    home = resolve_paths(tmp_path / "home")
+    whole = options(tmp_path / "whole")
+    assert run_experiment(whole, home, build=fake, progress=lambda s: None)
+    parts = options(tmp_path / "parts", minutes=1e-9)
+    assert not run_experiment(parts, home, build=fake, progress=lambda s: None)  # stopped after a round
+    assert run_experiment(replace(parts, minutes=None), home, build=fake, progress=lambda s: None)
+    a, b = summarise(whole), summarise(parts)
+    for arm in a["arms"]:
+        for seed in a["arms"][arm]["seeds"]:
+            assert a["arms"][arm]["seeds"][seed]["curve"] == b["arms"][arm]["seeds"][seed]["curve"]
+
+
+def test_statistics_find_a_known_effect_and_not_a_null_one():
+    # 8 pairs, a true effect of 2 points, noise of 1 point per pair
+    baseline = [0.30, 0.28, 0.33, 0.31, 0.29, 0.32, 0.30, 0.27]
+    noise = [0.01, -0.012, 0.004, -0.003, 0.015, -0.008, 0.0, -0.006]
+    effect = paired_difference([b + 0.02 + e for b, e in zip(baseline, noise)], baseline)
+    assert effect.low > 0 and abs(effect.mean - 0.02) < 0.003 and effect.excludes_zero
+    null = paired_difference([b + e for b, e in zip(baseline, noise)], baseline)
+    assert null.low < 0 < null.high and not null.excludes_zero
+    assert math.isclose(effect.detectable, detectable_effect(8) * effect.sd)
+    assert round(t_quantile(0.975, 4), 3) == 2.776 and round(detectable_effect(5), 2) == 1.66
+
+
+@pytest.mark.parametrize("name", list(DESIGNS))
+def test_every_design_leaves_at_least_three_evaluations_after_its_burn_in(name):
+    design = DESIGNS[name]
+    assert sum(design.counted(r) for r in design.eval_rounds()) >= 3 and design.seeds >= 5

@@ -91,11 +91,24 @@ def eval_tasks(preset_name: str) -> tuple[Task, ...]:
 
 
 @lru_cache(maxsize=256)
-def at_level_tasks(preset_name: str, dataset: str, level: int) -> tuple[Task, ...]:
-    """`AT_LEVEL_ITEMS` held-out items of one dataset at one level."""
+def at_level_tasks(preset_name: str, dataset: str, level: int, items: int = AT_LEVEL_ITEMS) -> tuple[Task, ...]:
+    """`items` held-out items of one dataset at one level (the first ones are the same for any count)."""
     preset = load_preset(preset_name)
     d = preset.datasets.index(dataset)
-    return tuple(regenerate(preset.spec(dataset, level, AT_LEVEL_SEED + d, i)) for i in range(AT_LEVEL_ITEMS))
+    return tuple(regenerate(preset.spec(dataset, level, AT_LEVEL_SEED + d, i)) for i in range(items))
+
+
+def score_tasks(sampler: Sampler, tasks: Sequence[Task], prefill_answer: bool, max_new_tokens: int,
+                should_stop: Callable[[], bool] | None = None) -> EvalResult:
+    """Near-greedy accuracy on any held-out tasks (an experiment's own set)."""
+    started = time.perf_counter()
+    form = PromptFormat(prefill_answer)
+    replies = [group[0] for group in _generate(sampler, form, tasks, 1, _near_greedy(max_new_tokens), should_stop)]
+    return _score(form, tasks, replies, round(time.perf_counter() - started, 3))
+
+
+def _near_greedy(max_new_tokens: int) -> SamplingParams:
+    return SamplingParams(max_new_tokens=max_new_tokens, temperature=EVAL_TEMPERATURE, stop=STOP, seed=EVAL_SAMPLING_SEED)
 
 
 def evaluate(
@@ -112,9 +125,8 @@ def evaluate(
     fixed = eval_tasks(preset.name)
     at_level = [t for d, level in (levels or {}).items() for t in at_level_tasks(preset.name, d, level)]
     form = PromptFormat(prefill_answer)
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=EVAL_TEMPERATURE, stop=STOP,
-                            seed=EVAL_SAMPLING_SEED)
-    replies = [group[0] for group in _generate(sampler, form, [*fixed, *at_level], 1, params, should_stop)]
+    replies = [group[0] for group in _generate(sampler, form, [*fixed, *at_level], 1, _near_greedy(max_new_tokens),
+                                               should_stop)]
     seconds = round(time.perf_counter() - started, 3)
     result = _score(form, fixed, replies[: len(fixed)], seconds)
     if levels:

@@ -1,0 +1,45 @@
+"""`swarmling experiment --design NAME`: does sharing help? An experiment with the power to answer.
+
+  designs     who trains on what, what is measured, each design's defaults
+  exchange    the in-memory network between an experiment's nodes
+  grid        running (and resuming) the grid of arms x seeds
+  statistics  paired differences, their interval, the smallest detectable effect
+  report      summary.json, table.md and the plot
+
+`swarmling sim` runs nodes as separate processes over real libp2p on 127.0.0.1: use it to test
+the network, and this to measure whether sharing helps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ...config import load_config
+from ...errors import NodeError
+from ...paths import Paths
+from .designs import DESIGNS
+from .grid import ExperimentOptions, run_experiment
+from .report import plot, summarise, table
+
+
+def design_named(name: str):
+    try:
+        return DESIGNS[name]
+    except KeyError:
+        raise NodeError(f"--design: {name!r} is not a design; designs: {', '.join(DESIGNS)}") from None
+
+
+def experiment_command(options: ExperimentOptions, paths: Paths) -> int:
+    nice = load_config(None, environ={}).resources.nice
+    if nice:
+        os.nice(nice)  # once for the whole process (each node's own nice is set to 0)
+    if not run_experiment(options, paths):
+        return 3  # stopped by --minutes: resumable
+    summary = summarise(options)
+    (options.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (options.out / "table.md").write_text(table(summary))
+    plot(summary, options.out)
+    print(table(summary))
+    print(f"experiment: summary.json, table.md and experiment.png / .svg in {options.out}")
+    return 0

@@ -1,0 +1,100 @@
+"""The experiment's designs: who trains on what, what is measured, and the defaults of each.
+
+Every design holds its datasets at fixed levels (the curriculum off: round.levels), so the two arms
+of a pair, which share a seed, draw the same questions and sampling seeds in every round (common
+random numbers, learning/draws.py) and differ only in what they train on. Q is fixed (8 questions,
+8 replies) and so is the minimum batch (the learning defaults'), the same in every arm.
+
+- `specialists`: each node draws its local questions from one speciality (a dataset and level
+  where the base model is right on 10-30% of its near-greedy held-out answers), all nodes are
+  scored on every speciality. Arms: alone (8 local / 0 external), sharing (4 / 4), and alone with
+  a uniform local mix over all specialities (8 / 0), which separates what sharing brings from
+  mere diversity. Primary metric: held-out accuracy outside the node's own speciality.
+- `rare-success`: identical nodes at levels where the base model's sampled replies (temperature 1)
+  are right 2-5% of the time, so that only a minority of groups has a signal and one node's
+  success can become every node's signal. Arms 8/0 and 4/4; primary: held-out accuracy there.
+- `paper`: the paper's four mixes (8/0, 6/2, 4/4, 2/6) on identical nodes over all the specialities.
+
+Levels were chosen from the base model's rates measured here (README, "Does sharing help?").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from statistics import fmean
+
+EXPERIMENT_ITEMS = 40  # held-out items per speciality in an experiment's evaluation
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    local: int  # I and J in the paper's units of 8 (scaled to the round's Q)
+    external: int
+    uniform: bool = False  # local questions from every speciality (not the node's own alone)
+
+    def scaled(self, questions: int) -> tuple[int, int]:
+        external = round(questions * self.external / (self.local + self.external))
+        return questions - external, external
+
+
+@dataclass(frozen=True)
+class Design:
+    name: str
+    nodes: int
+    rounds: int
+    seeds: int
+    burn_in: int  # evaluations after this round count (the format is learnt alone in ~10 rounds)
+    eval_every: int
+    specialities: tuple[tuple[str, int], ...]  # (dataset, level) in play
+    arms: tuple[Arm, ...]
+    specialists: bool = False  # node k draws its local questions from specialities[k] only
+    baseline: str = "alone"
+    metric: str = "held-out accuracy"
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+    def focus(self, arm: Arm, node: int) -> tuple[tuple[str, ...], dict[str, int]]:
+        """round.datasets and round.levels of node `node` in `arm`."""
+        levels = dict(self.specialities)
+        if self.specialists and not arm.uniform:
+            dataset, level = self.specialities[node % len(self.specialities)]
+            return (dataset,), {dataset: level}
+        return tuple(levels), levels
+
+    def primary(self, node: int, per_dataset: Mapping[str, float]) -> float:
+        """The node's primary metric from its per-speciality held-out accuracy."""
+        datasets = [d for d, _ in self.specialities]
+        if self.specialists:
+            own = self.specialities[node % len(self.specialities)][0]
+            datasets = [d for d in datasets if d != own]
+        return fmean(per_dataset[d] for d in datasets)
+
+    def eval_rounds(self, rounds: int | None = None) -> list[int]:
+        """The rounds after which every node is evaluated (0: the base model, shared)."""
+        rounds = rounds or self.rounds
+        return [0, *range(self.eval_every, rounds + 1, self.eval_every)]
+
+    def counted(self, round_no: int) -> bool:
+        return round_no > self.burn_in
+
+
+# The base model's rates on the starter preset, measured here (24 held-out questions x 8 replies at
+# temperature 1, and 40 near-greedy held-out answers per level): see README "Does sharing help?".
+SPECIALITIES = (("letter_counting", 0), ("basic_arithmetic", 0), ("chain_sum", 0))
+RARE_LEVELS = (("chain_sum", 1), ("basic_arithmetic", 1))
+
+DESIGNS = {
+    "specialists": Design(
+        "specialists", nodes=3, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=SPECIALITIES,
+        arms=(Arm("alone", 8, 0), Arm("sharing", 4, 4), Arm("alone-uniform", 8, 0, uniform=True)),
+        specialists=True, metric="held-out accuracy outside the node's speciality"),
+    "rare-success": Design(
+        "rare-success", nodes=3, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=RARE_LEVELS,
+        arms=(Arm("alone", 8, 0), Arm("sharing", 4, 4))),
+    "paper": Design(
+        "paper", nodes=4, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=SPECIALITIES,
+        arms=(Arm("alone", 8, 0), Arm("6/2", 6, 2), Arm("4/4", 4, 4), Arm("2/6", 2, 6))),
+}

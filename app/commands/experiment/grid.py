@@ -1,0 +1,160 @@
+"""Running an experiment's grid: every (arm, seed) is N real nodes in one process, in lockstep
+rounds (a fresh order each round), with the network replaced by the in-memory exchange. Every node
+is a real `Node` (the same round code, checkpoints and learning defaults); the experiment scores
+each one itself on the design's held-out items after the scheduled rounds (the node's own
+evaluation is off), and the base model once per model (near-greedy: the same for every node).
+
+Everything is written as it happens (the nodes' checkpoints and metrics, one line per evaluation),
+so a run stopped anywhere, or by `--minutes` (chunks for a machine lent by the quarter hour),
+resumes where it stopped when the same command is run again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from ....backends.base import Backend
+from ....backends.factory import build_backend
+from ....backends.settings import BackendSpec
+from ...config import Config, load_config
+from ...learning.evaluation import at_level_tasks, score_tasks
+from ...metrics import read_records
+from ...paths import Paths, resolve_paths
+from .designs import EXPERIMENT_ITEMS, Arm, Design
+from .exchange import InMemoryExchange, peer_id
+
+TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12))
+EVALS_FILE = "evals.jsonl"
+
+
+@dataclass(frozen=True)
+class ExperimentOptions:
+    design: Design
+    out: Path
+    nodes: int
+    rounds: int
+    seeds: int
+    seed_offset: int = 0  # seeds seed_offset .. seed_offset + seeds - 1: new ones were never tuned on
+    models: tuple[str, ...] = ()  # round-robin over the nodes; () = the configured model
+    tiny: bool = False
+    threads: int = 2
+    minutes: float | None = None  # stop, resumably, once this long has passed (at a round's end)
+    overrides: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def seed_values(self) -> range:
+        return range(self.seed_offset, self.seed_offset + self.seeds)
+
+    def run_dir(self, arm: Arm, seed: int) -> Path:
+        return self.out / "runs" / arm.name / f"seed-{seed}"
+
+
+def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[BackendSpec], Backend] = build_backend,
+                   progress: Callable[[str], None] = print) -> bool:
+    """Run (or resume) the grid; False when `minutes` ran out first (run the same again to go on)."""
+    options.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + options.minutes * 60 if options.minutes else None
+    base_file = options.out / "base.json"
+    base = json.loads(base_file.read_text()) if base_file.exists() else {}
+    for seed in options.seed_values:  # seed-major: a stopped grid has whole pairs
+        for arm in options.design.arms:
+            if not _run_config(options, arm, seed, paths, build, base, deadline, progress):
+                return False
+            base_file.write_text(json.dumps(base, indent=1))
+    return True
+
+
+def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, build, base: dict,
+                deadline: float | None, progress: Callable[[str], None]) -> bool:
+    from ...node.loop import Node
+
+    design, run_dir = options.design, options.run_dir(arm, seed)
+    logs = [EvalLog(run_dir / f"node-{k}" / EVALS_FILE) for k in range(options.nodes)]
+    schedule = design.eval_rounds(options.rounds)
+    if all(log.done(schedule) for log in logs):
+        return True
+    exchange, nodes = InMemoryExchange(), []
+    for k in range(options.nodes):
+        config = node_config(options, arm, seed, k)
+        node_paths = replace(resolve_paths(run_dir / f"node-{k}"), cache_dir=paths.cache_dir)
+        nodes.append(Node(config, node_paths, build=build, connect=exchange.member(peer_id(f"{run_dir}/{k}"),
+                                                                                     config.model.name)))
+    try:
+        for node in nodes:
+            node.start()
+        for k, node in enumerate(nodes):
+            if node.round == 0 and not logs[k].has(0):  # the base model, measured once per model
+                scores = base.get(node.model.name) or _evaluate(node, design)
+                base[node.model.name] = scores
+                logs[k].add(0, scores)
+        while min(n.round for n in nodes) < options.rounds:
+            if deadline is not None and time.monotonic() > deadline:
+                progress(f"experiment: stopped at round {min(n.round for n in nodes)} of {arm.name}, seed {seed} "
+                         "(--minutes); run the same command again to go on")
+                return False
+            round_no = min(n.round for n in nodes) + 1
+            for k in np.random.default_rng([seed, round_no, 7]).permutation(len(nodes)):
+                if nodes[k].round < round_no:  # lockstep: every node does this round before any the next
+                    nodes[k].run(1)
+            if round_no in schedule:
+                for k, node in enumerate(nodes):
+                    if not logs[k].has(round_no):
+                        logs[k].add(round_no, _evaluate(node, design))
+            progress(f"experiment: {design.name} {arm.name} seed {seed}: round {round_no}/{options.rounds}")
+        (run_dir / "memory.json").write_text(json.dumps({"nodes": options.nodes,
+                                                         "rss_bytes": psutil.Process().memory_info().rss}))
+    finally:
+        for node in nodes:
+            node.close()
+    return True
+
+
+def node_config(options: ExperimentOptions, arm: Arm, seed: int, k: int) -> Config:
+    """Node k of (arm, seed): the arms of a pair share the seed (their draws), and differ in the mix
+    and, in the specialists' uniform arm, in the datasets drawn."""
+    extra = [*(TINY if options.tiny else ()), *options.overrides]
+    questions = load_config(None, environ={}, cli=extra).round.questions or 8
+    local, external = arm.scaled(questions)
+    datasets, levels = options.design.focus(arm, k)
+    cli = [*extra, ("round.questions", questions), ("round.local_groups", local), ("round.external_groups", external),
+           ("round.datasets", datasets), ("round.levels", levels), ("run.seed", 1000 * seed + k),
+           ("eval.every_rounds", 0), ("swarm.enabled", False), ("resources.nice", 0),
+           ("resources.pause_on_battery", False), ("backend.threads", options.threads), ("checkpoint.keep", 1)]
+    if options.models:
+        cli.append(("model.name", options.models[k % len(options.models)]))
+    return load_config(None, environ={}, cli=cli)
+
+
+def _evaluate(node, design: Design) -> dict[str, float]:
+    """The node's near-greedy held-out accuracy per speciality, on its current weights."""
+    tasks = [t for d, level in design.specialities for t in at_level_tasks(node.preset.name, d, level, EXPERIMENT_ITEMS)]
+    result = score_tasks(node.backend, tasks, node.config.reward.prefill_answer, node.sizing.shape.max_new_tokens)
+    return result.per_dataset
+
+
+class EvalLog:
+    """A node's evaluations in the experiment: one JSON line per evaluated round."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[int, dict[str, float]]:
+        return {r["round"]: r["per_dataset"] for r in read_records(self.path)}
+
+    def has(self, round_no: int) -> bool:
+        return round_no in self.read()
+
+    def done(self, schedule: list[int]) -> bool:
+        return set(schedule) <= set(self.read())
+
+    def add(self, round_no: int, per_dataset: dict[str, float]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"round": round_no, "per_dataset": per_dataset}) + "\n")

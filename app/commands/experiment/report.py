@@ -1,0 +1,128 @@
+"""What came out of an experiment: the primary metric per node, arm and seed (the mean of its
+evaluations after the burn-in), paired by seed against the baseline arm, in `summary.json`,
+`table.md` and `experiment.png/.svg` (the curves, and the paired differences with their interval)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from pathlib import Path
+from statistics import fmean, stdev
+
+import numpy as np
+
+from ...learning.round_record import RoundRecord
+from ...metrics import read_records
+from .grid import EVALS_FILE, EvalLog, ExperimentOptions
+from .statistics import paired_difference
+
+
+def summarise(options: ExperimentOptions) -> dict:
+    design = options.design
+    arms = {}
+    for arm in design.arms:
+        seeds = {}
+        for seed in options.seed_values:
+            run_dir = options.run_dir(arm, seed)
+            nodes = [EvalLog(run_dir / f"node-{k}" / EVALS_FILE).read() for k in range(options.nodes)]
+            if not all(set(design.eval_rounds(options.rounds)) <= set(n) for n in nodes):
+                continue  # not finished: left out of every comparison
+            curve = {r: fmean(design.primary(k, n[r]) for k, n in enumerate(nodes)) for r in sorted(nodes[0])}
+            records = [[RoundRecord.from_dict(r) for r in read_records(run_dir / f"node-{k}" / "state" / "metrics.jsonl")]
+                       for k in range(options.nodes)]
+            seeds[str(seed)] = {
+                "primary": fmean(v for r, v in curve.items() if design.counted(r)),
+                "curve": [[r, v] for r, v in curve.items()],
+                "per_dataset_final": {d: fmean(n[options.rounds][d] for n in nodes) for d, _ in design.specialities},
+                "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
+                "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
+                "rss_bytes": _memory(run_dir),
+            }
+        values = [s["primary"] for s in seeds.values()]
+        arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
+                          "primary_se": stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None,
+                          "node_round_seconds": _mean([s["node_round_seconds"] for s in seeds.values()])}
+    baseline = arms[design.baseline]["seeds"]
+    comparisons = {}
+    for name, arm in arms.items():
+        paired = [s for s in arm["seeds"] if s in baseline]
+        if name != design.baseline and paired:
+            diff = paired_difference([arm["seeds"][s]["primary"] for s in paired],
+                                     [baseline[s]["primary"] for s in paired])
+            comparisons[name] = asdict(diff) | {"seeds": paired}
+    return {"design": design.name, "metric": design.metric, "baseline": design.baseline, "nodes": options.nodes,
+            "rounds": options.rounds, "seeds": list(options.seed_values), "burn_in": design.burn_in,
+            "eval_rounds": design.eval_rounds(options.rounds), "models": list(options.models),
+            "specialities": [list(s) for s in design.specialities], "arms": arms, "comparisons": comparisons}
+
+
+def _mean(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return fmean(present) if present else None
+
+
+def _memory(run_dir: Path) -> int | None:
+    import json
+
+    path = run_dir / "memory.json"
+    return json.loads(path.read_text())["rss_bytes"] if path.exists() else None
+
+
+def table(summary: dict) -> str:
+    counted = [r for r in summary["eval_rounds"] if r > summary["burn_in"]]
+    lines = [
+        f"**{summary['design']}**: {summary['nodes']} nodes x {summary['rounds']} rounds, seeds "
+        f"{summary['seeds'][0]}-{summary['seeds'][-1]}, primary metric: {summary['metric']} (mean of the "
+        f"evaluations after rounds {', '.join(map(str, counted))}; specialities "
+        f"{', '.join(f'{d} level {lv}' for d, lv in summary['specialities'])})"
+        + (f"; models {', '.join(summary['models'])}" if summary["models"] else ""),
+        "",
+        f"| arm | seeds | {summary['metric']} (mean ± SE) | vs {summary['baseline']}: paired difference [95% CI] "
+        "| smallest detectable (80% power) | s per node-round (vs baseline) |",
+        "|---|---|---|---|---|---|",
+    ]
+    base_s = summary["arms"][summary["baseline"]]["node_round_seconds"]
+    for name, arm in summary["arms"].items():
+        mean, se = arm["primary_mean"], arm["primary_se"]
+        c = summary["comparisons"].get(name)
+        diff = (f"{c['mean']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}]" if c and c["pairs"] > 1 else "-")
+        detect = f"{c['detectable']:.1%}" if c and c["pairs"] > 1 else "-"
+        seconds = arm["node_round_seconds"]
+        cost = f"{seconds:.1f} ({seconds / base_s:.2f}x)" if seconds and base_s else "-"
+        lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
+                     f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (curves, diffs) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    for name, arm in summary["arms"].items():
+        runs = [dict(map(tuple, s["curve"])) for s in arm["seeds"].values()]
+        if runs:
+            rounds = sorted(set.intersection(*(set(r) for r in runs)))
+            curves.plot(rounds, [fmean(r[x] for r in runs) for x in rounds], marker="o", label=name)
+    curves.axvspan(0, summary["burn_in"], color="0.9", label="burn-in")
+    curves.set(title=f"{summary['design']}: {summary['metric']}", xlabel="round (weights after it)", ylabel="accuracy")
+    names = list(summary["comparisons"])
+    for i, name in enumerate(names):
+        c = summary["comparisons"][name]
+        points = [summary["arms"][name]["seeds"][s]["primary"] - summary["arms"][summary["baseline"]]["seeds"][s]["primary"]
+                  for s in c["seeds"]]
+        diffs.scatter(np.full(len(points), i) + np.linspace(-0.1, 0.1, len(points)), points, color="0.5", zorder=2)
+        if c["pairs"] > 1:
+            diffs.errorbar(i, c["mean"], yerr=[[c["mean"] - c["low"]], [c["high"] - c["mean"]]], fmt="o", color="C3",
+                           capsize=6, zorder=3)
+    diffs.axhline(0, color="black", lw=0.8)
+    diffs.set_xticks(range(len(names)), [f"{n} - {summary['baseline']}" for n in names])
+    diffs.set(title="paired differences per seed, mean and 95% CI", ylabel="difference in accuracy")
+    for ax in (curves, diffs):
+        ax.grid(alpha=0.3)
+    curves.legend(fontsize=8)
+    for suffix in ("png", "svg"):
+        fig.savefig(out / f"experiment.{suffix}")
+    plt.close(fig)
