@@ -160,6 +160,10 @@ def _compare_training(backend: Backend, samples: list[TrainSample], checkpointin
         print(f"  {label:<22} {seconds:7.2f} s  {stats.tokens / seconds:7.1f} completion tok/s  "
               f"{computed} tokens computed ({computed / unique:.2f}x unique){peak.label(peak_bytes)}")
     print(f"  shared is {runs['unshared'][0] / runs['node'][0]:.2f}x faster (target >= 3)")
+    seconds, stats, _ = runs["node"]
+    if stats.kl is not None:
+        print(f"  KL anchor's reference forward {stats.reference_seconds:7.2f} s of the step's {seconds:.2f} s "
+              f"({stats.reference_seconds / seconds:.0%}: one forward without gradient over the same shared-prefix rows)")
     node = passes["node"]
     if "bf16_base" in runs:
         fp32, bf16 = (runs["node"], runs["bf16_base"])[:: -1 if node.bf16_base else 1]
@@ -167,6 +171,12 @@ def _compare_training(backend: Backend, samples: list[TrainSample], checkpointin
               f"(the node runs {'bf16' if node.bf16_base else 'fp32'}); sampler/trainer logprob gap "
               f"{bf16[1].sampler_logprob_gap:.4f} vs {fp32[1].sampler_logprob_gap:.4f} nats, tokens outside "
               f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")
+    if stats.kl is not None:
+        # The step before this version: fp32, no anchor (the same samples, its reference forward taken out).
+        fp32 = runs["bf16_base"] if node.bf16_base else runs["node"]
+        before = fp32[0] - fp32[1].reference_seconds
+        print(f"  the node's step {seconds:7.2f} s vs fp32 without the anchor {before:.2f} s: {seconds / before:.2f}x "
+              "(target <= 1.3)")
     if "activation_checkpointing" in runs:
         off, on = (runs["node"], runs["activation_checkpointing"])[:: -1 if node.activation_checkpointing else 1]
         print(f"  activation checkpointing {on[0]:7.2f} s vs {off[0]:.2f} s without: {on[0] / off[0]:.2f}x the time"
