@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from ..backends.cpu_features import cpu_info
+
 # Backends this release implements; detection may find hardware for others.
 AVAILABLE_BACKENDS = ("cpu", "cuda", "mlx")
 
@@ -41,19 +43,7 @@ class BackendChoice:
 
 
 def _cpu_info() -> tuple[str, frozenset[str]]:
-    name, flags = platform.processor() or platform.machine(), frozenset()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name") and ":" in line:
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and ":" in line:
-                    flags = frozenset(line.split(":", 1)[1].split())
-                if name and flags:
-                    break
-    except OSError:
-        pass
-    return name, flags
+    return cpu_info()
 
 
 def _cuda_devices() -> tuple[tuple[str, ...], tuple[int, ...]]:

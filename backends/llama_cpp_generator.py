@@ -23,6 +23,7 @@ import numpy as np
 
 from .base import Completion, GenerationResult, ProgressCallback, SamplingParams, StopCheck
 from .completion import check_sampling, generation_result
+from .cpu_features import has_amx
 from .sequence_end import SequenceEnd
 
 _LOG_LOCK = threading.Lock()
@@ -58,6 +59,10 @@ class LlamaCppGenerator:
         self.threads = max(1, int(threads))
         params = lc.llama_model_default_params()
         params.n_gpu_layers = 0
+        # llama.cpp's extra weight layouts include AMX tiles on CPUs that have them; in this build
+        # (llama-cpp-python 0.3.36) the first llama_decode through them segfaults (measured on a
+        # Xeon with AMX, any batch size). Elsewhere they stay on (repacked Q4_0/Q4_K on AVX2).
+        params.use_extra_bufts = not has_amx()
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not self._model:
             raise LlamaCppError(f"llama.cpp could not load {self.path} (not a GGUF model, or unsupported)")

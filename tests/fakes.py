@@ -105,6 +105,7 @@ class FakeBackend(Backend):
         return 0.0
 
     def save_state(self, directory: Path) -> None:
+        self.save_adapter(directory)  # as every backend's: the adapter and the optimizer
         (directory / "fake_state.json").write_text(json.dumps({"train_steps": self.train_steps}))
 
     def load_state(self, directory: Path) -> None:
@@ -156,3 +157,34 @@ def group(rewards, source="local"):
     t = regenerate(TaskSpec("starter", "chain_sum", load_preset("starter").levels["chain_sum"][0], 1, 1))
     comps = [ScoredCompletion("x", [1], None, "eos", r, True, r) for r in rewards]
     return QuestionGroup(t, 0, ChatPrompt("s", "u"), [1, 2], comps, source)
+
+
+class ArithmeticBackend(FakeBackend):
+    """Answers chain_sum questions ("... 6 + 2 =") right in `right` of every group's replies (the
+    rest wrong), for the first `mixed` prompts of each call; the other prompts get only wrong
+    replies: `mixed` groups with right and wrong replies per round. Records what it trained on."""
+
+    def __init__(self, mixed: int, right: int = 1) -> None:
+        super().__init__()
+        self.mixed, self.right = mixed, right
+        self.trained: list[list[TrainSample]] = []
+
+    def generate(self, prompts, n, params, should_stop=None, on_progress=None) -> GenerationResult:
+        import re
+
+        completions = []
+        for p, prompt in enumerate(prompts):
+            answer = eval(re.search(r"([\d\s+-]+)=\s*$", prompt.user).group(1))  # digits, + and - only
+            group = []
+            for g in range(n):
+                text = f"{answer if p < self.mixed and g < self.right else answer + 1}</answer>"
+                ids = self.tokenize(text)
+                group.append(Completion(text, ids, [-0.5] * len(ids), "stop"))
+            completions.append(group)
+        tokens = sum(len(c.token_ids) for group in completions for c in group)
+        return GenerationResult([self.encode_prompt(p) for p in prompts], completions, seconds=0.01,
+                                prefill_tokens=0, generated_tokens=tokens)
+
+    def train_step(self, samples, should_stop=None, on_progress=None) -> TrainStats:
+        self.trained.append(list(samples))
+        return super().train_step(samples, should_stop, on_progress)

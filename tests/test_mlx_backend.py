@@ -159,7 +159,8 @@ def test_mlx_weights_a_peers_completion_as_torch_does(mlx_backend, tmp_path):
     senders = [sum(own[0]) + 0.7, sum(own[-1]) - 5.0]
     samples = [TrainSample(result.prompt_ids[0], row[0].token_ids, 1.0, sequence_behaviour_logprob=senders[0]),
                TrainSample(result.prompt_ids[0], row[-1].token_ids, -1.0, sequence_behaviour_logprob=senders[1])]
-    grpo = grpo_settings(external_importance_cap=2.0)
+    # the importance cap on its own: no extra weight on peers' negatives, no anchor (tested apart)
+    grpo = grpo_settings(external_importance_cap=2.0, external_negative_cap=0.0, kl_beta=0.0)
     n0, n1 = len(samples[0].completion_ids), len(samples[1].completion_ids)
     expected_loss = -(np.exp(-0.7) * n0 - 2.0 * n1) / (n0 + n1)  # ratio 1: the loss is -mean(A * weight)
 

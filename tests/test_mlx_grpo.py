@@ -59,3 +59,22 @@ def test_importance_weights_match():
     ts = torch_grpo.sequence_importance_weight(torch.tensor(-40.0), torch.tensor(-42.5), 5.0)
     ms = mlx_grpo.sequence_importance_weight(mx.array(-40.0), mx.array(-42.5), 5.0)
     assert float(ms) == pytest.approx(float(ts), rel=1e-5)
+
+
+def test_the_kl_anchor_and_the_weight_of_peers_negatives_are_the_same_in_both():
+    rng = np.random.default_rng(4)
+    logp, ref = rng.normal(-2, 1, 12), rng.normal(-2, 1, 12)
+    settings = GrpoSettings(clip_low=0.2, clip_high=0.28, importance_cap=2.0, external_importance_cap=0.0,
+                            external_negative_cap=1.0, kl_beta=0.1)
+    lp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
+    kl = torch_grpo.k3_kl(lp, torch.tensor(ref, dtype=torch.float64))
+    (settings.kl_beta * kl.sum() / lp.numel()).backward()
+    zeros = np.zeros(12)
+    loss, grad = mx.value_and_grad(lambda x: mlx_grpo.grpo_loss(x, mx.array(logp.astype(np.float32)), mx.array(
+        zeros.astype(np.float32)), settings, None, mx.array(ref.astype(np.float32))))(mx.array(logp.astype(np.float32)))
+    assert np.isclose(float(loss), float(settings.kl_beta * kl.sum() / 12), rtol=1e-4)  # advantages 0: the KL alone
+    assert np.allclose(np.array(grad), lp.grad.numpy(), atol=1e-5)
+    for args in ((-30.0, -31.0, 10, -0.01, 1.0), (-30.0, -20.0, 10, -0.01, 1.0), (-5.0, -6.0, 4, 0.0, 0.5)):
+        t = float(torch_grpo.negative_reply_weight(torch.tensor(args[0]), torch.tensor(args[1]), *args[2:]))
+        m = float(mlx_grpo.negative_reply_weight(mx.array(args[0]), mx.array(args[1]), *args[2:]))
+        assert np.isclose(t, m, rtol=1e-5)

@@ -63,3 +63,29 @@ def test_a_round_without_signal_does_not_train():
     outcome = run_round(1, backend, preset, Curriculum(preset), no_signal, RoundDraws(0, 1))
     assert backend.train_steps == 0 and outcome.record.train is None and "train" not in outcome.record.to_dict()
     assert outcome.trained == [] and outcome.used_external == []
+
+
+def test_the_minimum_batch_waits_for_enough_groups_with_right_and_wrong_replies():
+    """2 mixed groups a round, a minimum of 5: rounds 1 and 2 wait (and say so), round 3 trains on
+    the 6 groups that waited and its own; the next batch starts empty."""
+    from dataclasses import replace
+
+    from fakes import ArithmeticBackend
+
+    preset = load_preset("starter")
+    backend = ArithmeticBackend(mixed=2)
+    settings = replace(SETTINGS, min_signal_groups=5, local_groups=4, external_groups=0)
+    curriculum, waiting, records, mixed = Curriculum(preset).focus(("chain_sum",), {"chain_sum": 0}), [], [], []
+    for round_no in (1, 2, 3, 4):
+        outcome = run_round(round_no, backend, preset, curriculum, settings, RoundDraws(3, round_no), waiting=waiting)
+        curriculum, waiting = outcome.curriculum, outcome.waiting
+        records.append(outcome.record)
+        mixed.append([g for g in outcome.groups if g.strict_signal])
+    assert [r.train is not None for r in records] == [False, False, True, False]
+    assert [r.signal_groups for r in records] == [2, 4, 6, 2] and [r.waiting_groups for r in records] == [2, 4, 0, 2]
+    assert len(backend.trained) == 1 and records[2].train.groups == 6
+    # the step trained exactly the replies of the groups that waited and of its own round
+    trained = sorted((tuple(s.prompt_ids), tuple(s.completion_ids)) for s in backend.trained[0])
+    expected = sorted((tuple(g.prompt_ids), tuple(c.token_ids)) for groups in mixed[:3] for g in groups for c in g.completions)
+    assert trained == expected
+    assert waiting == mixed[3]  # round 4's groups wait for the next step

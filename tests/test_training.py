@@ -74,15 +74,21 @@ def test_external_importance_weight_is_off_by_default_and_truncated_when_on(back
     old = torch.tensor([-1.0, -1.0, -2.0, -2.0, -2.0, -1.0])  # sums: -2, -6, -1
     trainer = backend.trainer
     assert trainer.grpo.external_importance_cap == 0.0
-    assert trainer._external_weight(samples, [0, 1, 2], owner, old) is None  # off: external text counts fully
     saved = trainer.grpo
-    trainer.grpo = dataclasses.replace(saved, external_importance_cap=2.0)
+    # (peers' negatives have their own weight, on by default: tested below; off here, so this is the
+    # importance cap alone)
+    trainer.grpo = dataclasses.replace(saved, external_negative_cap=0.0)
     try:
-        w = trainer._external_weight(samples, [0, 1, 2], owner, old)
+        assert trainer._external_weight(samples, [0, 1, 2], owner, old, 0.0, []) is None  # off: external text counts fully
+        trainer.grpo = dataclasses.replace(saved, external_importance_cap=2.0, external_negative_cap=0.0)
+        w = trainer._external_weight(samples, [0, 1, 2], owner, old, 0.0, [])
     finally:
         trainer.grpo = saved
     expected = [1.0, 1.0, np.exp(-3.0), np.exp(-3.0), np.exp(-3.0), 2.0]  # exp(-6+3); exp(-1+9) capped at 2
     assert torch.allclose(w, torch.tensor(expected, dtype=w.dtype), atol=1e-6)
+    negatives: list[float] = []
+    w = trainer._external_weight(samples, [0, 1, 2], owner, old, 0.0, negatives)  # the default: negatives at most 1
+    assert torch.allclose(w, torch.tensor([1.0] * 6, dtype=w.dtype)) and negatives == [1.0]
     assert float(sequence_importance_weight(torch.tensor(0.0), torch.tensor(-1e6), 5.0)) == 5.0  # no overflow
 
 
@@ -107,3 +113,32 @@ def test_a_step_frees_the_samplers_cache_and_a_new_one_serves_the_same_policy(ba
     backend.generator.release_context()
     fresh = backend.generator.prompt_logits(prompt)
     assert np.array_equal(kept, fresh) and not np.array_equal(fresh, base_logits)
+
+
+def test_the_anchor_is_the_k3_kl_to_the_base_model_computed_by_hand(backend):
+    """After a step the policy differs from the base: the step's reported KL is the mean k3 of the
+    trainer's logprobs against the same weights with the adapter switched off (the base)."""
+    trainer = backend.trainer
+    prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
+    samples = [TrainSample(prompt, backend.tokenize("8</answer>"), 1.0), TrainSample(prompt, backend.tokenize("9</answer>"), -1.0)]
+    for _ in range(3):
+        backend.train_step(samples)  # move away from the base
+    policy = trainer.token_logprobs(samples)
+    with trainer.model.disable_adapter():
+        base = trainer.token_logprobs(samples)
+    by_hand = np.mean([np.exp(b - p) - (b - p) - 1 for ps, bs in zip(policy, base) for p, b in zip(ps, bs)])
+    assert by_hand > 1e-6  # the adapter did move the policy
+    stats = backend.train_step(samples)
+    assert trainer.grpo.kl_beta > 0 and np.isclose(stats.kl, by_hand, rtol=1e-3, atol=1e-7)
+    assert stats.reference_seconds > 0 and stats.learning_rate > 0
+
+
+def test_a_peers_reply_pushed_down_weighs_at_most_one_and_nothing_from_another_model(backend):
+    prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
+    reply = backend.tokenize("9</answer>")
+    ours = float(np.sum(backend.trainer.token_logprobs([TrainSample(prompt, reply, 0.0)])[0]))
+    likelier_for_them = TrainSample(prompt, reply, -1.0, sequence_behaviour_logprob=ours + 2.0)
+    stats = backend.train_step([TrainSample(prompt, backend.tokenize("8</answer>"), 1.0), likelier_for_them])
+    assert 0.05 < stats.external_negative_weight < 0.5  # about e^-2 (and our own sampler's gap)
+    from_other = TrainSample(prompt, reply, -1.0, sequence_behaviour_logprob=ours, from_other_model=True)
+    assert backend.train_step([TrainSample(prompt, backend.tokenize("8</answer>"), 1.0), from_other]).external_negative_weight == 0.0
