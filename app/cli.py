@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     # The node's own progress notes (e.g. the one-time model conversion) are for the user.
     logging.getLogger("swarmling").setLevel(logging.INFO)
     # py-libp2p logs every failed dial of a departed peer at ERROR: the node reports what matters
-    # (importing py-libp2p resets this: swarm/host.py sets it again).
+    # (importing py-libp2p resets this: swarm/host/host.py sets it again).
     logging.getLogger("libp2p").setLevel(logging.INFO if args.verbose else logging.CRITICAL)
     if args.command is None:
         args = parser.parse_args([*(sys.argv[1:] if argv is None else argv), "run"])

@@ -155,7 +155,7 @@ class RewardSection(_Section):
 
 
 class EvalSection(_Section):
-    # The held-out score (app/evaluation.py): at every start and after every N rounds; 0 = never.
+    # The held-out score (app/learning/evaluation.py): at every start and after every N rounds; 0 = never.
     # Measured on a 2-core CPU node (1 thread): one evaluation (96 prompts to prefill, 12x a
     # round's 8) takes about as long as 4 rounds, so every 40 rounds is ~10% of the node's time.
     every_rounds: int = Field(default=40, ge=0, le=100_000)

@@ -14,7 +14,7 @@ from .sizing import RoundShape
 
 # The node's run state, as a viewer shows it.
 STATES = ("starting", "running", "pausing", "paused", "finishing", "suspended", "stopping", "stopped", "failed")
-# A round's phases, in the order app/round.py runs them.
+# A round's phases, in the order app/learning/round.py runs them.
 PHASES = ("tasks", "generate", "score", "share", "sample", "train", "hand-off")
 
 
@@ -111,7 +111,7 @@ class SwarmUpdated:
     bytes_out: int = 0
     host_restarts: int = 0  # the supervised libp2p host, restarted after a failure
     host_error: str = ""  # why it last failed
-    # Whether peers can dial this node (swarm/reachability.py): the state, and what it means.
+    # Whether peers can dial this node (swarm/nat/reachability.py): the state, and what it means.
     reachability: str = ""  # "direct", "relayed", "unreachable", "unknown"
     reachability_text: str = ""
 

@@ -1,7 +1,7 @@
 """The namespace lab is a real network: NAT happens, homes are closed to the internet and to each
 other, teardown leaves nothing behind; and on it, py-libp2p shows issue 14's failure as measured.
 
-Plain sockets first (each test ~1 s), then minimal py-libp2p hosts built as app/swarm/host.py
+Plain sockets first (each test ~1 s), then minimal py-libp2p hosts built as app/swarm/host/host.py
 builds them (Noise only), one per namespace.
 """
 
@@ -164,7 +164,7 @@ def test_teardown_removes_the_namespaces_and_their_processes_even_when_the_body_
 
 
 # ---- py-libp2p on the lab ---------------------------------------------------------------------------
-# A minimal host built as app/swarm/host.py builds it (Noise only, TCP, yamux), with an echo protocol,
+# A minimal host built as app/swarm/host/host.py builds it (Noise only, TCP, yamux), with an echo protocol,
 # steered over stdin: `stream <peer id>` opens an echo stream, `dial <multiaddr> <seconds>` connects.
 # Every event is a JSON line on stdout.
 PEER = r"""

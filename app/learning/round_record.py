@@ -45,7 +45,7 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     announce_latency_s_p50: float | None = None
     fetches_pending: int = 0  # fetches asked for and not finished when the round ended
     host_restarts: int = 0  # times the supervised libp2p host was restarted since the node started
-    # Whether peers could dial this node (swarm/reachability.py): direct, relayed, unreachable, unknown.
+    # Whether peers could dial this node (swarm/nat/reachability.py): direct, relayed, unreachable, unknown.
     reachability: str = ""
     # GossipSub's view: peers with a pubsub stream, peers in this node's meshes, and the lowest
     # score it gives any of them (below -80 a peer is graylisted: nothing it sends is read).

@@ -103,7 +103,7 @@ class NodeView:
     bytes_in: int = 0
     bytes_out: int = 0
     host_restarts: int = 0
-    reachability: str = ""  # swarm/reachability.py's state, "" before the host said
+    reachability: str = ""  # swarm/nat/reachability.py's state, "" before the host said
     reachability_text: str = ""
     host_error: str = ""
     # feed and log
