@@ -45,6 +45,23 @@ class LlamaCppError(RuntimeError):
 
 
 @dataclass
+class GenerationProfile:
+    """Where the last `generate` spent its time (`swarmling bench` prints it): llama.cpp's own
+    compute (the prompts' prefill, then one decode step per token position while any reply is
+    live) and everything else, which is this module's Python: sampling from the logits, logprobs,
+    end checks, building each step's batch."""
+    prefill_s: float = 0.0
+    prefill_tokens: int = 0  # decoded, the shared prefix once
+    decode_s: float = 0.0
+    live_per_step: list[int] = field(default_factory=list)  # sequences decoded at each step
+    total_s: float = 0.0
+
+    @property
+    def python_s(self) -> float:
+        return max(0.0, self.total_s - self.prefill_s - self.decode_s)
+
+
+@dataclass
 class _Seq:
     prompt_index: int
     end: SequenceEnd[bytes]
@@ -78,6 +95,7 @@ class LlamaCppGenerator:
         self._adapter = None
         self._adapter_path: Path | None = None
         self._piece_cache: dict[int, bytes] = {}
+        self.last_profile = GenerationProfile()
 
     # ---- model facts -------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -252,7 +270,10 @@ class LlamaCppGenerator:
                 for row, p in enumerate(which):
                     logits_by_prompt[p] = logits[row].copy()
 
-            self._prefill_prompts(batch, batch_cap, prompt_ids, n, keep_rows)
+            profile = GenerationProfile()
+            tick = time.perf_counter()
+            profile.prefill_tokens = self._prefill_prompts(batch, batch_cap, prompt_ids, n, keep_rows)
+            profile.prefill_s = time.perf_counter() - tick
 
             # First token of every completion comes from its prompt's last-position logits.
             live = list(range(n_seqs))
@@ -282,11 +303,16 @@ class LlamaCppGenerator:
                     (seqs[i].token_ids[-1], len(prompt_ids[seqs[i].prompt_index]) + len(seqs[i].token_ids) - 1, i, True)
                     for i in live
                 ]
+                tick = time.perf_counter()
                 self._decode(batch, entries)
+                profile.decode_s += time.perf_counter() - tick
+                profile.live_per_step.append(len(live))
                 rows = self._logits(len(live))
         finally:
             lc.llama_batch_free(batch)
             lc.llama_memory_clear(memory, True)
+        profile.total_s = time.perf_counter() - start
+        self.last_profile = profile
 
         completions = [Completion(self._visible_text(s), s.token_ids, s.logprobs, s.end.finish_reason) for s in seqs]
         return generation_result(prompt_ids, n, completions, start)
@@ -295,13 +321,13 @@ class LlamaCppGenerator:
         """The completion's text: its end-of-generation token, when it has one, writes none."""
         return self.detokenize(s.token_ids[:-1] if s.end.reason == "eos" else s.token_ids)
 
-    def _prefill_prompts(self, batch, batch_cap: int, prompt_ids, n: int, on_decoded) -> None:
+    def _prefill_prompts(self, batch, batch_cap: int, prompt_ids, n: int, on_decoded) -> int:
         """Decode every prompt once into sequence p * n and share its KV cells with its other n - 1
         sequences. The prompts' common prefix (the chat template's system turn: about half of a
         short task's prompt) is decoded once and shared with every prompt before their own tokens
         are decoded, several prompts per llama_decode while they fit in the batch;
         `on_decoded(prompt indices, batch positions of their last tokens)` is called after each
-        decode (logits rows are in that order)."""
+        decode (logits rows are in that order). Returns the number of tokens decoded."""
         memory = lc.llama_get_memory(self._ctx)
         shared = common_prefix_length(prompt_ids) if len(prompt_ids) > 1 else 0
         for start in range(0, shared, batch_cap):
@@ -332,6 +358,7 @@ class LlamaCppGenerator:
         for p in range(len(prompt_ids)):
             for g in range(1, n):
                 lc.llama_memory_seq_cp(memory, p * n, p * n + g, -1, -1)
+        return shared + sum(len(ids) - shared for ids in prompt_ids)
 
     def reference_decode(
         self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0

@@ -27,6 +27,12 @@ def test_shapes_and_token_ids(generator):
             assert generator.detokenize(text_ids) == c.text
     assert res.generated_tokens == sum(len(c.token_ids) for g in res.completions for c in g)
     assert res.tokens_per_s > 0
+    # The benchmark's profile: the first token of each reply comes from the prefill's logits, every
+    # later one from a decode step over the replies still live; the common prefix is decoded once.
+    profile = generator.last_profile
+    assert sum(profile.live_per_step) == res.generated_tokens - 6 and profile.live_per_step[0] <= 6
+    assert profile.prefill_tokens < sum(len(p) for p in prompts) and profile.prefill_s > 0 and profile.decode_s > 0
+    assert profile.total_s >= profile.prefill_s + profile.decode_s
 
 
 def test_same_seed_same_samples(generator):

@@ -95,6 +95,9 @@ def _bench(node: Node, rounds: int) -> int:
     print("\ngeneration throughput (same prompts, same completion lengths, prefill included)")
     print(f"  raw llama.cpp, C sampler, no logprobs   {ref_tps:7.1f} tok/s ({ref_tokens} tokens in {ref_seconds:.2f} s)")
     print(f"  swarmling round (last round)            {round_tps:7.1f} tok/s  ratio {round_tps / ref_tps:.2f}  (target >= 0.90)")
+    profile = getattr(reference, "last_profile", None)  # the last round's generation, llama.cpp only
+    if profile is not None and profile.total_s > 0:
+        print(generation_profile(profile))
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")
     return 0
 
@@ -224,3 +227,20 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+def generation_profile(p) -> str:
+    """The last round's generation phase: llama.cpp's prefill and decode steps, and the Python
+    around them (sampling, logprobs, end checks, batch building)."""
+    steps = p.live_per_step
+    tokens = sum(steps)
+    lines = [f"  the last round's generation, {p.total_s:.2f} s:",
+             f"    prefill  {p.prefill_s:6.2f} s  {p.prefill_tokens} prompt tokens ({p.prefill_tokens / max(p.prefill_s, 1e-9):.0f} tok/s; the common prefix once)",
+             f"    decode   {p.decode_s:6.2f} s  {len(steps)} steps, {tokens} tokens, "
+             f"{p.decode_s / max(len(steps), 1) * 1e3:.1f} ms a step"]
+    if steps:
+        half = steps[len(steps) // 2]
+        lines.append(f"             live sequences per step: {steps[0]} at the first, {half} halfway, {steps[-1]} at the last "
+                     f"(mean {tokens / len(steps):.1f}: the longest reply holds the batch open)")
+    lines.append(f"    Python   {p.python_s:6.2f} s  ({p.python_s / p.total_s:.0%}: sampling, logprobs, end checks, batches)")
+    return "\n".join(lines)
