@@ -152,11 +152,19 @@ class BundleExchange:
                     return None, failed
                 # A connection made only for fetches is closed once idle (close_idle): every open
                 # connection carries gossip control traffic, so keeping them would make a
-                # node's traffic grow with the number of peers it ever fetched from.
+                # node's traffic grow with the number of peers it ever fetched from. Marked now,
+                # not when the fetch ends: a fetch that hangs must not hide its connection.
                 transient = not self._keeps_connection(peer)
+                if transient:
+                    self._transient[peer] = time.monotonic()
             async with self._fetch_limit:
                 with trio.move_on_after(self._timeout_s) as scope:
-                    stream = await self._host.new_stream(pid, [self._protocol])
+                    # A peer that falls silent never answers the stream's negotiation: without a
+                    # deadline of its own that waited the whole fetch timeout, holding a fetch slot.
+                    with trio.move_on_after(FIRST_BYTE_S) as opening:
+                        stream = await self._host.new_stream(pid, [self._protocol])
+                    if opening.cancelled_caught:
+                        return None, (FetchOutcome.FAILED, f"no answer within {FIRST_BYTE_S:.0f} s")
                     try:
                         return await _request(stream, digest, max_bytes)
                     finally:
@@ -190,19 +198,32 @@ class BundleExchange:
         while True:
             await trio.sleep(IDLE_CHECK_S)
             now = time.monotonic()
+            idle = []
             for peer, last in list(self._transient.items()):
-                busy = peer in self._fetching or self._serving.get(peer, 0)
-                if busy:
+                if peer in self._fetching or self._serving.get(peer, 0):
                     self._transient[peer] = now
                 elif now - last > IDLE_CLOSE_S:
                     del self._transient[peer]
-                    if self._keeps_connection(peer):
-                        continue
-                    with trio.move_on_after(CLOSE_TIMEOUT_S):
-                        try:
-                            await self._host.disconnect(ID.from_base58(peer))
-                        except Exception as exc:  # noqa: BLE001 — already gone is fine
-                            log.debug("closing the fetch connection to %s: %s", peer[:16], exc)
+                    if not self._keeps_connection(peer):
+                        idle.append(peer)
+            # All at once: one after the other, each up to CLOSE_TIMEOUT_S, thirty silent peers
+            # held their connections a minute longer.
+            async with trio.open_nursery() as nursery:
+                for peer in idle:
+                    nursery.start_soon(self._close, peer)
+
+    async def _close(self, peer: str) -> None:
+        with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+            try:
+                await self._host.disconnect(ID.from_base58(peer))
+            except Exception as exc:  # noqa: BLE001 — already gone is fine
+                log.debug("closing the fetch connection to %s: %s", peer[:16], exc)
+        if scope.cancelled_caught:  # a polite close that could not finish: looked at again next time
+            self._transient.setdefault(peer, time.monotonic() - IDLE_CLOSE_S)
+
+    def fetching_over(self, peer: str) -> bool:
+        """Our connection to `peer` was made for fetches and is not closed yet (any thread)."""
+        return peer in self._transient
 
     async def serve(self, stream) -> None:
         """The protocol's stream handler: answer one request within its deadlines, then close."""
