@@ -38,7 +38,10 @@ CIRCUIT_OVERHEAD = 24 * 1024  # per relayed fetch (test_netlab_relay.py measures
 TINY = {"round.questions": 4, "round.completions": 4, "round.max_new_tokens": 12, "round.external_groups": 2,
         "backend.threads": 1, "train.microbatch_tokens": 256, "swarm.mdns": False, "swarm.port": PORT,
         "swarm.name": SWARM, "swarm.enabled": True,
-        "train.min_signal_groups": 0}  # a step every round: trained_on reads the training rounds
+        "train.min_signal_groups": 0,  # a step every round: trained_on reads the training rounds
+        # the nodes' own nice 10 left them a few percent of a core on a machine shared with other
+        # work (a round, and the start, then outlasted every bound here): the network is tested
+        "resources.nice": 0}
 
 
 def records(home: Path) -> list[dict]:

@@ -172,7 +172,7 @@ class BundleExchange:
             assert scope.cancelled_caught
             return None, (FetchOutcome.FAILED, f"fetch timed out after {self._timeout_s:.0f} s")
         except Exception as exc:  # noqa: BLE001 — the peer vanished, reset, spoke nonsense
-            if self._helper_left(addrs):  # the circuit went with its helper: not the author's doing
+            if self._helper_left(peer, addrs):  # the circuit went with its helper: not the author's doing
                 return None, with_words(FetchOutcome.NO_ROUTE)
             return None, (FetchOutcome.FAILED, f"fetch failed: {type(exc).__name__}: {exc}"[:200])
         finally:
@@ -180,15 +180,18 @@ class BundleExchange:
             if transient:
                 self._transient[peer] = time.monotonic()  # closed once idle: close_idle()
 
-    def _helper_left(self, addrs: tuple[str, ...]) -> bool:
+    def _helper_left(self, peer: str, addrs: tuple[str, ...]) -> bool:
         """The author is reached through helpers (it announced relay slots) and none of them is
-        connected now: a fetch cut short then died with its circuit (a helper stopping or restarting)."""
+        connected now, or the circuit itself is gone: a fetch cut short then died with its circuit
+        (a helper stopping or restarting; its connection can outlive it by a moment)."""
         helpers = {relay_of(a) for a in addrs if is_circuit(a)} - {""}
+        if not helpers:
+            return False
         try:
             connected = {p.to_base58() for p in self._host.get_connected_peers()}
         except Exception:  # noqa: BLE001 — the host is going down: nobody's fault either
-            return bool(helpers)
-        return bool(helpers) and not helpers & connected
+            return True
+        return not helpers & connected or peer not in connected
 
     async def close_idle(self) -> None:
         """Close connections made only for fetches once no bundle has crossed them for IDLE_CLOSE_S.
