@@ -74,10 +74,10 @@ def start_node(lab: Lab, role: str, home: Path, helper_addr: str, seed: int):
 
 
 def trained_on(recs: list[dict], peer: str) -> bool:
-    return any(traded(r, peer) for r in recs)
+    return any(trained_on_round(r, peer) for r in recs)
 
 
-def traded(record: dict, peer: str) -> bool:
+def trained_on_round(record: dict, peer: str) -> bool:
     """The round trained on `peer`'s groups."""
     return record.get("external_groups_by_peer", {}).get(peer, 0) > 0
 
@@ -90,7 +90,7 @@ def started(record: dict) -> float:
 def trade_share(windows: dict[str, list[dict]], other: dict[str, str]) -> float:
     """The share of the pair's rounds in which a node trained on the other's groups."""
     rounds = sum(len(w) for w in windows.values())
-    return sum(traded(r, other[role]) for role, w in windows.items() for r in w) / max(rounds, 1)
+    return sum(trained_on_round(r, other[role]) for role, w in windows.items() for r in w) / max(rounds, 1)
 
 
 def test_two_volunteers_behind_nats_train_on_each_other_through_a_helper(lab, tmp_path):
@@ -122,7 +122,7 @@ def test_two_volunteers_behind_nats_train_on_each_other_through_a_helper(lab, tm
     assert wait_until(relayed_matches, 60, 0.5), figures(tmp_path / "helper")
 
     # the rate before: rounds after each node's first trade (at least MIN_WINDOW of them)
-    first = {role: next(r["round"] for r in records(home) if traded(r, other[role])) for role, home in homes.items()}
+    first = {role: next(r["round"] for r in records(home) if trained_on_round(r, other[role])) for role, home in homes.items()}
     assert wait_until(lambda: all(len(records(h)) >= first[r] + MIN_WINDOW for r, h in homes.items()), 600, 2.0)
 
     # 3. the helper is killed mid-run: the nodes neither crash nor stall, and say so
