@@ -148,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     bsw.add_argument("--dial", type=_positive, default=4, help="random peers each node dials (default 4)")
     bsw.add_argument("--dir", type=Path, help="where the nodes keep identities and the results (default: a temp folder)")
 
+    soak = sub.add_parser("soak", help="days of a swarm compressed: network-only nodes on 127.0.0.1 in tiny rounds, "
+                                       "sampling memory, descriptors, threads, connections, streams, caches and disk")
+    soak.add_argument("--nodes", type=_positive, default=3, help="nodes, one process each (default 3)")
+    soak.add_argument("--rounds", type=_positive, default=1000, help="rounds (default 1000)")
+    soak.add_argument("--round-seconds", type=float, default=1.0, help="length of a round (default 1 s)")
+    soak.add_argument("--every", type=_positive, default=10, help="rounds between samples (default 10)")
+    soak.add_argument("--warmup", type=int, default=100, help="rounds left out of the slopes (default 100)")
+    soak.add_argument("--dir", type=Path, help="where the nodes and the results go (default: a temp folder)")
+
     cfg = sub.add_parser("config", help="show the effective configuration, or all keys")
     cfg.add_argument("--keys", action="store_true", help="list every key with its default")
     _add_overrides(cfg)
@@ -276,6 +285,13 @@ def _bench_swarm(c: Invocation) -> int:
                                     directory=a.dir, cold=a.cold))
 
 
+def _soak(c: Invocation) -> int:
+    from .commands.soak import SoakOptions, soak_command
+
+    a = c.args
+    return soak_command(SoakOptions(a.nodes, a.rounds, a.round_seconds, a.every, a.warmup, a.dir))
+
+
 def _experiment(c: Invocation) -> int:
     from .commands.experiment import ExperimentOptions, design_named, experiment_command
 
@@ -329,6 +345,7 @@ COMMANDS: dict[str, Command] = {
     "bench": Command(_bench),
     "bench-gpu": Command(_bench_gpu),
     "bench-swarm": Command(_bench_swarm),
+    "soak": Command(_soak),
     "experiment": Command(_experiment),
     "eval": Command(_eval),
     "reset": Command(_reset, logs_to_file=False),

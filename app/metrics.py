@@ -4,10 +4,19 @@ Other tools read it (at least the integer `round` and float `reward_mean`). The 
 source of truth: each checkpoint carries its round's record, and on start the log is reconciled
 with it — a torn last line (killed mid-write) is cut, records of rounds that never reached a
 checkpoint are dropped, and a record missing after a crash is re-appended.
+
+Bounded (issue 27): a record is 1.1-1.6 KB, so a node that runs for a year at a round a minute
+wrote ~700 MB. Once `metrics.jsonl` passes LIVE_MAX_BYTES (~1,500 rounds) it is rolled, before
+the next round's record is appended, into `metrics.jsonl.r<first>-<last>.gz` next to it (gzip:
+8x smaller); the newest KEEP_ARCHIVES are kept (~50,000 rounds, about a month of minute-long
+rounds), the oldest dropped: at most ~10 MB whatever the run's length. Only checkpointed rounds
+are ever rolled (a checkpoint is written before its round's record), so reconciling touches the
+live file alone; `read_records` reads the history (archives, then the live file).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -17,11 +26,38 @@ from ..backends.atomic import write_atomic
 from .learning.round_record import RoundRecord
 
 
+LIVE_MAX_BYTES = 2 << 20
+KEEP_ARCHIVES = 32
+
+
 def read_records(path: Path) -> list[dict]:
+    """Every record still kept, oldest first: the rolled archives', then the live file's."""
+    by_round = {r["round"]: r for archive in archives(path) for r in _parse(_read_gzip(archive))}
+    by_round.update((r["round"], r) for r in _read_live(path))  # a round run again after a resume: its last run
+    return [by_round[k] for k in sorted(by_round)]
+
+
+def archives(path: Path) -> list[Path]:
+    """The rolled parts of the log at `path`, oldest first (their names sort by round)."""
+    return sorted(path.parent.glob(path.name + ".r*.gz"))
+
+
+def _read_live(path: Path) -> list[dict]:
     if not path.exists():
         return []
+    return _parse(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def _read_gzip(path: Path) -> str:
+    try:
+        return gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+    except (OSError, EOFError):  # a damaged archive costs its own rounds only
+        return ""
+
+
+def _parse(text: str) -> list[dict]:
     records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -33,6 +69,7 @@ def read_records(path: Path) -> list[dict]:
 
 def append_record(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    roll(path)
     line = _line(record)
     with path.open("a", encoding="utf-8") as f:
         f.write(line)
@@ -40,14 +77,38 @@ def append_record(path: Path, record: dict) -> None:
         os.fsync(f.fileno())
 
 
+def roll(path: Path, max_bytes: int | None = None, keep: int | None = None) -> Path | None:
+    """Past `max_bytes` (LIVE_MAX_BYTES), move the live file's records into a gzip archive (and drop
+    the oldest archives beyond `keep`, KEEP_ARCHIVES); the archive written, or None."""
+    max_bytes = LIVE_MAX_BYTES if max_bytes is None else max_bytes
+    keep = KEEP_ARCHIVES if keep is None else keep
+    try:
+        if path.stat().st_size <= max_bytes:
+            return None
+    except OSError:
+        return None
+    records = _read_live(path)
+    if not records:
+        return None
+    rounds = [r["round"] for r in records]
+    archive = path.with_name(f"{path.name}.r{min(rounds):07d}-{max(rounds):07d}.gz")
+    write_atomic(archive, gzip.compress("".join(_line(r) for r in records).encode("utf-8"), mtime=0), fsync=True)
+    write_atomic(path, "", fsync=True)
+    for old in archives(path)[:-keep] if keep > 0 else []:
+        old.unlink(missing_ok=True)
+    return archive
+
+
 def reconcile(path: Path, last_round: int, last_record: dict | None) -> None:
-    """Make the log hold exactly one record per round up to the checkpointed `last_round`."""
-    records = read_records(path)
+    """Make the log hold exactly one record per round up to the checkpointed `last_round` (the live
+    file only: archives hold checkpointed rounds alone)."""
+    records = _read_live(path)
+    rolled = max((r["round"] for r in _parse(_read_gzip(archives(path)[-1]))), default=-1) if archives(path) else -1
     seen: dict[int, dict] = {}
     for rec in records:
         if rec["round"] <= last_round:
             seen[rec["round"]] = rec
-    if last_record is not None and last_round not in seen:
+    if last_record is not None and last_round not in seen and last_round > rolled:
         seen[last_round] = last_record
     write_records(path, [seen[k] for k in sorted(seen)])
 

@@ -66,3 +66,30 @@ def test_metrics_reconcile(tmp_path):
     # the checkpoint has round 3 but the log lost it: it comes back from the checkpoint
     metrics.reconcile(log, last_round=3, last_record={"round": 3, "reward_mean": 0.3})
     assert [r["round"] for r in metrics.read_records(log)] == [1, 2, 3]
+
+
+def test_the_metrics_log_is_bounded_and_its_readers_still_see_the_history(tmp_path, monkeypatch):
+    # issue 27: a record a round, ~1.3 KB each, grew without bound (~700 MB a year at a round a minute)
+    monkeypatch.setattr(metrics, "LIVE_MAX_BYTES", 2000)
+    monkeypatch.setattr(metrics, "KEEP_ARCHIVES", 3)
+    log = tmp_path / "metrics.jsonl"
+    pad = "x" * 150  # a record of ~200 bytes: the live file rolls every ~10 rounds
+    for r in range(1, 81):
+        metrics.append_record(log, {"round": r, "reward_mean": 0.01 * r, "pad": pad})
+        assert log.stat().st_size <= 2000 + 250
+    parts = metrics.archives(log)
+    assert len(parts) == 3  # the oldest dropped
+    kept = [rec["round"] for rec in metrics.read_records(log)]
+    assert kept == list(range(kept[0], 81)) and kept[0] > 1  # the newest rounds, in order, none twice
+    disk = sum(p.stat().st_size for p in parts) + log.stat().st_size
+    assert disk < len(kept) * 200 / 2  # bounded, and the archives are compressed
+    # start-up reconcile touches only the live file: a checkpoint of the last round keeps all of it
+    metrics.reconcile(log, last_round=80, last_record={"round": 80, "reward_mean": 0.8, "pad": pad})
+    assert [rec["round"] for rec in metrics.read_records(log)] == kept
+    # a crash right after a roll, before the round's record was appended: it comes back once
+    metrics.roll(log, max_bytes=0)  # (one more archive: the oldest goes)
+    metrics.reconcile(log, last_round=80, last_record={"round": 80, "reward_mean": 0.8, "pad": pad})
+    after = [rec["round"] for rec in metrics.read_records(log)]
+    assert after == list(range(after[0], 81)) and not log.read_text()  # round 80 is in an archive, not twice
+    metrics.reconcile(log, last_round=81, last_record={"round": 81, "reward_mean": 0.81, "pad": pad})
+    assert [rec["round"] for rec in metrics.read_records(log)][-3:] == [79, 80, 81]

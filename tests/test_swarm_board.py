@@ -68,6 +68,30 @@ def test_refusals_name_their_reason():
                              "malformed": 1, "duplicate": 1}
 
 
+def test_a_replayed_old_announcement_costs_only_the_check():
+    # issue 27: honest announcements captured and replayed verbatim five minutes later (inside the
+    # clock window, after GossipSub forgot their ids) were accepted and fetched again
+    clock = Clock()
+    board = Board("s", "me", clock=clock)
+    captured = [ann(peer(0), clock, round_no=r) for r in range(1, 5)]
+    for r, data in enumerate(captured, 1):
+        assert board.offer(peer(0), data)
+        clock.now += 60.0
+    assert len(board.choose(10**9, np.random.default_rng(0))) == 1  # its newest, once
+    for r in range(5, 10):  # the origin goes on announcing; its older ones leave the board
+        assert board.offer(peer(0), ann(peer(0), clock, round_no=r))
+        clock.now += 60.0
+    assert [board.offer(peer(0), data) for data in captured] == [Verdict.IGNORE] * 4  # not relayed, not blamed
+    assert board.refused == {"older than one heard": 4}
+    assert {h.announcement.round for h in board.fresh()} == {6, 7, 8, 9}
+    # a node that never heard the origin takes the replay, once: fetchers never ask twice (and the
+    # author serves each peer a bundle once: bundle_protocol.ServedOnce)
+    fresh = Board("s", "me", clock=clock)
+    assert fresh.offer(peer(0), captured[-1]) and fresh.offer(peer(0), captured[-1]) is Verdict.IGNORE
+    assert len(fresh.choose(10**9, np.random.default_rng(0))) == 1
+    assert fresh.choose(10**9, np.random.default_rng(0)) == []
+
+
 def test_choose_one_bundle_per_peer_within_budget_signal_first_never_twice():
     clock = Clock()
     board = Board("s", "me", rate_per_s=100, burst=100, clock=clock)

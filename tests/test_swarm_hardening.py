@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+import secrets
 import socket
 import threading
 import time
@@ -32,7 +33,7 @@ from swarm_peers import (
 )
 from waiting import wait_until
 
-from swarmling.app.swarm.host import admission, pubsub_guard
+from swarmling.app.swarm.host import admission, bundle_protocol, pubsub_guard
 from swarmling.app.swarm.host.bundle_protocol import FetchOutcome
 from swarmling.app.swarm.host.host import CONNECTIONS
 from swarmling.app.swarm.p2p.identity import new_identity
@@ -43,6 +44,8 @@ from swarmling.app.swarm.verification.wire import PROTOCOL_VERSION, Announcement
 pytestmark = pytest.mark.slow
 
 SHA256_PEER_ID = b"\x12\x20" + bytes(range(32))  # an RSA-style peer id: no key inside
+# a bundle of ~70 KB (bundles are compressed: random text) whose uploads dwarf each stream's setup
+LONG = ("<answer>4</answer>" + secrets.token_hex(30000), "<answer>5</answer>")
 
 
 def poison_rpc(topic: str) -> bytes:
@@ -351,6 +354,36 @@ def test_a_burst_over_the_rate_limit_is_ignored_not_blamed_on_the_forwarder(tmp_
         b.board.clock = lambda: time.time() + 2.0  # two seconds on: a token for h again, the board decodes it
         h.publish(encode_announcement(other))
         assert wait_until(lambda: invalid() >= 1, timeout_s=10), b.board.refused  # rejected: the forwarder should have known
+    finally:
+        h.stop()
+        b.stop()
+
+
+def test_a_peer_asking_for_the_same_bundle_again_gets_it_once(tmp_path, monkeypatch):
+    # issue 27: four honest announcements replayed verbatim raised the node's upload from 2.8 to
+    # 41 KiB/s: whoever asked got a kept bundle again, as often as it asked. Here one peer asks for
+    # one bundle ten times, with the old rule (every request served) and with the new one.
+    b, h = connected_pair(tmp_path)
+    try:
+        wanted = digest(serve := bundle_and_announcement(b.peer_id, real_groups(2, LONG))[0])
+        b._own[wanted] = serve
+        protocol = b.host.settings.fetch_protocol
+
+        def upload(asks: int) -> int:
+            sent = b.host.counters.snapshot()[1]
+            replies = [h.send_raw(b.peer_id, protocol, wanted.encode() + b"\n", read_s=2.0) for _ in range(asks)]
+            assert replies[0][4:] == serve  # the first ask is served whole
+            return b.host.counters.snapshot()[1] - sent
+
+        monkeypatch.setattr(bundle_protocol.ServedOnce, "first", lambda self, peer, digest: True)
+        before = upload(10)
+        monkeypatch.undo()
+        b._own.pop(wanted)
+        wanted = digest(serve := bundle_and_announcement(b.peer_id, real_groups(2, LONG), round_no=2)[0])
+        b._own[wanted] = serve
+        after = upload(10)
+        print(f"replayed asks for a {len(serve)} B bundle, 10 times: {before} B uploaded before, {after} B after")
+        assert before > 9 * len(serve) and after < 2 * len(serve)
     finally:
         h.stop()
         b.stop()

@@ -5,6 +5,8 @@ namespace lab: test_netlab_relay.py."""
 
 from __future__ import annotations
 
+import ipaddress
+
 import trio
 from libp2p.peer.id import ID
 
@@ -71,7 +73,8 @@ def author_dialer(host: FakeHost, cooldown: DialCooldown) -> AuthorDialer:
         host.dialled.append(addr)
         raise ConnectionError("relay refused")
 
-    return AuthorDialer(host, cooldown, dial_circuit=dial_circuit)
+    # as seen from a machine on the author's LAN (100.64.1.0/24): its LAN addresses are within reach
+    return AuthorDialer(host, cooldown, dial_circuit=dial_circuit, networks=lambda: [ipaddress.ip_network("100.64.1.0/24")])
 
 
 def test_an_author_with_relay_slots_is_dialled_through_them_and_blamed_only_when_its_helper_is_up():
@@ -95,7 +98,20 @@ def test_an_author_without_relay_slots_is_dialled_at_its_addresses_in_order():
     assert cooldown.blocked(AUTHOR)
 
 
+def test_another_homes_lan_address_is_not_dialled_nor_held_against_the_author():
+    # what a node behind NAT announces until a helper gives it a slot (as while a restarted helper
+    # comes back): dialling it from another home only waited for a timeout, then cooled the author down
+    host, cooldown = FakeHost(), DialCooldown()
+    elsewhere = AuthorDialer(host, cooldown, networks=lambda: [ipaddress.ip_network("100.64.2.0/24")])
+    outcome, _ = trio.run(elsewhere.dial, AUTHOR, ID.from_base58(AUTHOR), (LAN,))
+    assert outcome is FetchOutcome.NO_ROUTE and host.dialled == [] and not cooldown.blocked(AUTHOR)
+    public = f"/ip4/198.18.1.1/tcp/4001/p2p/{AUTHOR}"  # a public address is dialled (and blamed) as before
+    outcome, _ = trio.run(elsewhere.dial, AUTHOR, ID.from_base58(AUTHOR), (LAN, public))
+    assert host.dialled == [public.split("/p2p/")[0]] and outcome.blames_peer and cooldown.blocked(AUTHOR)
+
+
 def test_uploads_through_a_relay_are_bounded_per_window_in_all_and_per_peer():
+    # (a node's own relayed serves are bounded in all only: one peer's share is each bundle once)
     now = [0.0]
     serves = RelayedServes(limit=3, per_peer=2, window_s=60.0, clock=lambda: now[0])
     assert [serves.take("a"), serves.take("a"), serves.take("a")] == [True, True, False]  # a's share

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import NodeError
-from ..metrics import read_records, write_records
+from ..metrics import archives, read_records, write_records
 from ..node.best import best_folder, read_best
 from ..node.checkpoint import round_folder
 from ..node.state_lock import StateDirLock
@@ -54,6 +54,7 @@ def _archive(paths: Paths, keep_best: bool) -> Path:
             paths.checkpoints.mkdir()
             shutil.copytree(archive / paths.checkpoints.name / best_folder(paths.checkpoints).name,
                             best_folder(paths.checkpoints))
-    if paths.metrics_file.exists():
-        shutil.move(paths.metrics_file, archive / paths.metrics_file.name)
+    for part in [*archives(paths.metrics_file), paths.metrics_file]:  # the rolled parts too (metrics.py)
+        if part.exists():
+            shutil.move(part, archive / part.name)
     return archive

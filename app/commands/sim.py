@@ -25,6 +25,7 @@ import msgspec
 
 from ..paths import Paths
 from ..learning.round_record import RoundRecord
+from ..metrics import read_records
 from ..swarm.p2p.identity import new_identity
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
@@ -71,7 +72,7 @@ class _SimNode:
     peer_id: str
     port: int
     process: subprocess.Popen | None = None
-    seen_lines: int = 0
+    seen_round: int = 0
 
     @property
     def addr(self) -> str:
@@ -82,18 +83,16 @@ class _SimNode:
         return self.home / "state" / "metrics.jsonl"
 
     def new_records(self) -> list[RoundRecord]:
-        try:
-            lines = self.metrics_file.read_text(encoding="utf-8").splitlines()
-        except OSError:
-            return []
-        fresh = lines[self.seen_lines :]
-        self.seen_lines = len(lines)
+        """Records of rounds not returned before (by round: the log is rolled now and then, metrics.py)."""
         out = []
-        for line in fresh:
-            try:
-                out.append(RoundRecord.from_dict(json.loads(line)))
-            except (ValueError, msgspec.ValidationError):
-                continue  # a line being written right now
+        for rec in read_records(self.metrics_file):  # a line being written right now is skipped, read next time
+            if rec["round"] > self.seen_round:
+                try:
+                    out.append(RoundRecord.from_dict(rec))
+                except (ValueError, msgspec.ValidationError):
+                    continue
+        if out:
+            self.seen_round = out[-1].round
         return out
 
 

@@ -52,6 +52,8 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     gossip_peers: int = 0
     mesh_peers: int = 0
     lowest_gossip_score: float | None = None
+    # Connections held at the round's end, by why each is kept (swarm/host/host.py connection_figures).
+    connections_held: dict[str, int] = msgspec.field(default_factory=dict)
     shards: int = 1  # announcement shards (topics) this node's estimate of the swarm's size chose (swarm/shards.py)
 
 

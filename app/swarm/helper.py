@@ -100,6 +100,7 @@ class Helper:
             "announcements_refused": dict(self.board.refused),
             **self.host.relay_figures(),
             **self.host.gossip_figures(),
+            "connections_held": self.host.connection_figures(),
             "bytes_in": bytes_in,
             "bytes_out": bytes_out,
             "rss_mb": round(self._process.memory_info().rss / 2**20, 1),

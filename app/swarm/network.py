@@ -270,6 +270,7 @@ class SwarmNetwork:
             host_restarts=self.host.health().restarts,
             reachability=self.host.reachability().state,
             **self.host.gossip_figures(),
+            connections_held=self.host.connection_figures(),
             shards=self.shard_level.shards,
         )
 

@@ -30,7 +30,8 @@ import trio
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
-from ..nat.relay import is_circuit, relay_of
+from ..nat.relay import CIRCUIT, is_circuit, relay_of
+from ..p2p.addresses import interface_networks, within_reach
 from .backoff import PeerBackoff
 from .bundle_protocol import FetchOutcome, Outcome, with_words
 
@@ -204,8 +205,10 @@ class DialCooldown(PeerBackoff):
 class AuthorDialer:
     """Connects to a bundle's author for a fetch (trio side only; one per life of the host)."""
 
-    def __init__(self, host, cooldown: DialCooldown, dial_circuit: Callable[[str], Awaitable[None]] | None = None) -> None:
+    def __init__(self, host, cooldown: DialCooldown, dial_circuit: Callable[[str], Awaitable[None]] | None = None,
+                 networks: Callable[[], list] = interface_networks) -> None:
         self._host = host
+        self._networks = networks  # the networks this machine is on: whose private addresses it can reach
         self._cooldown = cooldown  # authors we could not dial lately
         self._dial_circuit = dial_circuit  # connects through a helper's relay (relay.py); None on helpers
         self._limit = trio.Semaphore(MAX_DIALING)
@@ -232,6 +235,13 @@ class AuthorDialer:
             attempts = [a for a in attempts if is_circuit(a)]
         if not attempts:
             return FetchOutcome.FAILED, "not connected and no address announced"
+        # Another home's LAN address (all a node behind NAT announces until a helper gives it a
+        # slot, as while a restarted helper comes back) cannot be reached from here: not dialled,
+        # and not held against the author (its next announcement names its slot).
+        networks = self._networks()
+        attempts = [a for a in attempts if within_reach(a.split(CIRCUIT, 1)[0], networks)]
+        if not attempts:
+            return with_words(FetchOutcome.NO_ROUTE)
         failure, blamed = None, False
         async with self._limit:
             for addr in attempts[:MAX_DIAL_ATTEMPTS]:

@@ -171,6 +171,7 @@ class SwarmHost:
         self._serve = serve_bundle
         self._on_fetched = on_fetched
         self._app_score = app_score
+        self._keeps_peer = keeps_peer
         self.counters = Counters()
         self.listen_addrs: list[str] = []
         self.fetch_latency_s: deque[float] = deque(maxlen=64)  # recent successful fetches (bounded: hours of rounds)
@@ -250,6 +251,29 @@ class SwarmHost:
         return {"gossip_peers": len(peers), "mesh_peers": len({p for m in list(router.mesh.values()) for p in m}),
                 "lowest_gossip_score": round(min(scores), 1) if scores else None}
 
+    def connection_figures(self) -> dict[str, int]:
+        """Connections held now, by the first reason each is kept (admission.py's and
+        bundle_protocol.py's rules): "dialled" (a target the user named, or remembered), "relay slot"
+        (a helper's node), "proven" (a positive record), "fetch" (made for a fetch, closed once
+        idle), "relayed" (a circuit through a helper), "gossip" (any other: kept while it gossips)."""
+        bundles = getattr(self, "_bundles", None)
+        held: dict[str, int] = {}
+        for peer in self._dialer.connected_peers():
+            if self._dialer.is_target(peer):
+                why = "dialled"
+            elif self._holds_slot(peer):
+                why = "relay slot"
+            elif self._keeps_peer(peer):
+                why = "proven"
+            elif bundles is not None and bundles.fetching_over(peer):
+                why = "fetch"
+            elif self._relayed_only(peer):
+                why = "relayed"
+            else:
+                why = "gossip"
+            held[why] = held.get(why, 0) + 1
+        return held
+
     def relay_figures(self) -> dict:
         """A helper's relay: slots held, circuits open, bytes copied, dial-backs answered."""
         relay, dialback = self._relay, self._dialback
@@ -326,7 +350,7 @@ class SwarmHost:
         self._pubsub = pubsub
         authors = AuthorDialer(host, self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
-                                       self.fetch_latency_s, keeps_connection=self._dialer.is_target,
+                                       self.fetch_latency_s, keeps_connection=self._useful,
                                        dial_author=authors.dial)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
@@ -366,6 +390,13 @@ class SwarmHost:
                 from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
                 peerDiscovery.unregister_peer_discovered_handler(self._dialer.discovered)
+
+    def _useful(self, peer: str) -> bool:
+        """A connection made for a fetch is kept past its idle grace only to a peer worth it
+        otherwise: one we dial (bootstrap, static, remembered) or one with a proven record. Not
+        for being in our gossip mesh: a fetch's connection joins it by itself, so that would keep
+        every connection fetches ever made (the keeper and the dialer choose our gossip peers)."""
+        return self._dialer.is_target(peer) or self._keeps_peer(peer)
 
     def _relayed_only(self, peer: str) -> bool:
         """Connected only through a helper's relay: made for fetches, which close it once idle

@@ -19,7 +19,6 @@ The node's verdict (`Reachability`), kept up to date by `keep_reachable` on the 
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
+from ..p2p.addresses import routable  # noqa: F401 — its callers import it from here too
 from ..p2p.streams import read_line, remote_ip
 from .relay import MAX_HELPERS, RelayClient, circuit_addr, is_helper
 
@@ -42,8 +42,6 @@ DIALBACK_PER_PEER_EVERY_S = 20.0  # a helper dials a peer back at most this ofte
 DIALBACKS_AT_ONCE = 4
 RECHECK_EVERY_S = 600.0  # a verdict is re-checked this often (a router's port forward may change)
 TICK_S = 2.0  # how often the verdict is looked at (cheap: no traffic unless something is due)
-
-BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")
 
 State = Literal["unknown", "direct", "relayed", "unreachable"]
 
@@ -206,12 +204,3 @@ async def keep_reachable(host, client: RelayClient, board: ReachabilityBoard, pr
                 board.set(Reachability("unreachable", helpers=asked, checked_at=time.time()))
         await trio.sleep(TICK_S)
 
-
-def routable(ip: str) -> bool:
-    """An address peers elsewhere on the internet can reach: global, or in 198.18.0.0/15 (RFC 2544
-    benchmarking: never routed on the internet, so only labs use it; tests/netlab.py does)."""
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    return address.is_global or address in BENCHMARK_NET

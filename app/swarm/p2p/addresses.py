@@ -12,6 +12,48 @@ import socket
 import psutil
 
 
+# RFC 2544 benchmarking addresses: never routed on the internet, so only labs use them (tests/netlab.py's
+# simulated internet does): treated as public.
+BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")
+
+
+def routable(ip: str) -> bool:
+    """An address peers elsewhere on the internet can reach: global, or in 198.18.0.0/15."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return address.is_global or address in BENCHMARK_NET
+
+
+def interface_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The networks this machine's interfaces are on (address and netmask)."""
+    nets = []
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6) and a.netmask:
+                try:
+                    nets.append(ipaddress.ip_network(f"{a.address.split('%')[0]}/{a.netmask}", strict=False))
+                except ValueError:
+                    continue
+    return nets
+
+
+def within_reach(addr: str, networks=None) -> bool:
+    """Could a dial from this machine reach `addr` at all? A public address, this machine's own
+    (loopback) or one on a network we are on: yes. Another home's LAN address (what a node behind NAT
+    announces before a helper gave it a slot) is never reachable from here, so dialling it only
+    waits for a timeout. Names (/dns…) and anything unparsable: maybe, so yes."""
+    host = _host_of(addr)
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return True
+    if ip.is_loopback or routable(host):
+        return True
+    return any(ip in net for net in (interface_networks() if networks is None else networks))
+
+
 def interface_hosts() -> list[str]:
     """This machine's IPv4 addresses, LAN ones first (what a wildcard listener can be dialled at)."""
     hosts = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}

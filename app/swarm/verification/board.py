@@ -3,13 +3,20 @@
 `offer()` runs as the gossip topic validator on the network thread: whatever it refuses is not
 relayed. A refusal is REJECT when the forwarder should have refused it too (malformed, forged,
 another swarm): GossipSub then counts it against the forwarder. It is IGNORE when the forwarder
-may well have been right: an origin over its rate, a re-announced digest, a clock far from ours.
-Forwarders see bursts at other times than we do (py-libp2p flushes messages queued while a peer
+may well have been right: an origin over its rate, a re-announced digest, a clock far from ours,
+an announcement older than one already heard from its origin. Forwarders see bursts at other times than we do (py-libp2p flushes messages queued while a peer
 was away all at once), so counting those against them graylisted a helper's nodes after its
 restart: the helper stopped forwarding anything to them. An origin far over its rate (FLOOD_BURST
 beyond it) is a flood, and rejected again: honest bursts after a gap are a few announcements.
 It rate-limits each origin (a token bucket), keeps a bounded number of recent announcements per
 origin and in all, and never does more than decode a small message.
+
+Replays (issue 27): an announcement is signed, so anyone can send it again verbatim, and GossipSub
+forgets a message's id after two minutes. One older than the newest heard from its origin is
+ignored (an author announces once a round, so its timestamps only grow), as is a digest heard
+already; what is left, an old announcement to a node that never heard its origin, is fetched at
+most once (the fetcher's `_taken`, the author's `ServedOnce`). MAX_CLOCK_SKEW_S stays 600 s: it is
+the volunteers' clock tolerance too, and with those rules a replay inside it costs the check.
 
 `choose()` runs on the round loop: it picks the bundles worth fetching this round, one per peer,
 within the round's inbound byte budget — so a node's inbound traffic is bounded by its budget, not
@@ -96,6 +103,7 @@ class Board:
         self._heard: OrderedDict[str, deque[Heard]] = OrderedDict()  # origin -> recent, LRU by origin
         self._buckets: dict[str, tuple[TokenBucket, TokenBucket]] = {}  # origin -> (rate, flood)
         self._taken: set[str] = set()  # digests already chosen for fetching
+        self._newest: dict[str, float] = {}  # origin -> timestamp of its newest announcement accepted
         self.refused: dict[str, int] = {}  # reason -> count, for the log and the metrics
         self.received = 0
         self._latencies: deque[float] = deque(maxlen=256)  # publish → validated here, seconds
@@ -112,6 +120,7 @@ class Board:
             if buckets is None:
                 if len(self._buckets) >= 4 * MAX_ORIGINS:
                     self._buckets.clear()  # a flood of fresh identities: start counting over
+                    self._newest = {o: self._newest[o] for o in self._heard if o in self._newest}
                 buckets = self._buckets[origin] = (TokenBucket(self.rate_per_s, self.burst, now),
                                                    TokenBucket(self.rate_per_s, self.burst + FLOOD_BURST, now))
             rate, flood = buckets
@@ -128,11 +137,14 @@ class Board:
                 return self._refuse("another swarm")
             if abs(ann.timestamp - now) > MAX_CLOCK_SKEW_S:
                 return self._refuse("stale or from the future", Verdict.IGNORE)
+            if ann.timestamp < self._newest.get(origin, float("-inf")):
+                return self._refuse("older than one heard", Verdict.IGNORE)
             recent = self._heard.pop(origin, None) or deque(maxlen=PER_ORIGIN)
             if any(h.announcement.digest == ann.digest for h in recent):
                 self._heard[origin] = recent
                 return self._refuse("duplicate", Verdict.IGNORE)
             recent.append(Heard(origin, ann, now))
+            self._newest[origin] = max(ann.timestamp, self._newest.get(origin, float("-inf")))
             self._heard[origin] = recent
             while len(self._heard) > MAX_ORIGINS:
                 self._heard.popitem(last=False)
