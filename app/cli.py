@@ -335,17 +335,40 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def with_default_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with `run` put in where no command is named: `swarmling --threads 2` is `swarmling
+    run --threads 2` (README's common flags work with the default command). The command's place is
+    after the top-level options (--home, --config, -v); whatever comes there that is not a command
+    (or a request for help) starts run's own options."""
+    takes_value = {o for a in parser._actions if a.nargs != 0 for o in a.option_strings}
+    no_value = {o for a in parser._actions if a.nargs == 0 for o in a.option_strings}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in takes_value:
+            i += 2
+        elif word in no_value - {"-h", "--help"} or word.split("=", 1)[0] in takes_value:
+            i += 1
+        else:
+            break
+    if i < len(argv) and (argv[i] in COMMANDS or argv[i] in ("-h", "--help")):
+        return argv
+    return [*argv[:i], "run", *argv[i:]]
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return parser.parse_args(with_default_command(parser, list(sys.argv[1:] if argv is None else argv)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="swarmling: %(message)s")
     # The node's own progress notes (e.g. the one-time model conversion) are for the user.
     logging.getLogger("swarmling").setLevel(logging.INFO)
     # py-libp2p logs every failed dial of a departed peer at ERROR: the node reports what matters
     # (importing py-libp2p resets this: swarm/host.py sets it again).
     logging.getLogger("libp2p").setLevel(logging.INFO if args.verbose else logging.CRITICAL)
-    if args.command is None:
-        args = parser.parse_args([*(sys.argv[1:] if argv is None else argv), "run"])
     paths = resolve_paths(args.home)
     config_file = args.config or Path(os.environ.get("SWARMLING_CONFIG", paths.config_file))
     if args.config is not None and not args.config.exists():
