@@ -122,6 +122,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="machine-readable output")
     _add_overrides(ev)
 
+    ex = sub.add_parser("export", help="the trained model as files other tools read: GGUF + LoRA + Ollama Modelfile, "
+                                       "or a merged transformers folder; with a model card")
+    exwhich = ex.add_mutually_exclusive_group()
+    exwhich.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
+    exwhich.add_argument("--best", action="store_true", help="the best checkpoint by held-out accuracy")
+    ex.add_argument("--format", dest="fmt", choices=("gguf", "hf"),
+                    help="gguf: base GGUF + adapter GGUF + Modelfile, for llama.cpp and Ollama (the default where the "
+                         "base is a GGUF); hf: merged safetensors for transformers")
+    ex.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) folder to write")
+    _add_overrides(ex)
+
+    ak = sub.add_parser("ask", help="the trained model and the base model answer a question side by side")
+    ak.add_argument("question", help='e.g. "What is 17 + 25?"')
+    akwhich = ak.add_mutually_exclusive_group()
+    akwhich.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
+    akwhich.add_argument("--best", action="store_true", help="the best checkpoint by held-out accuracy")
+    _add_overrides(ak)
+
     rs = sub.add_parser("reset", help="start again from the base model (or --best: from the best checkpoint); "
                                       "checkpoints and metrics are archived, identity and peers kept")
     rs.add_argument("--best", action="store_true", help="resume from the checkpoint with the best held-out accuracy")
@@ -294,6 +312,18 @@ def _eval(c: Invocation) -> int:
     return eval_command(c.config, c.paths, c.args.checkpoint, c.args.base, c.args.json, c.args.best, c.args.pass_at)
 
 
+def _export(c: Invocation) -> int:
+    from .commands.export import export_command
+
+    return export_command(c.config, c.paths, c.args.out, c.args.checkpoint, c.args.best, c.args.fmt)
+
+
+def _ask(c: Invocation) -> int:
+    from .commands.ask import ask_command
+
+    return ask_command(c.config, c.paths, c.args.question, c.args.checkpoint, c.args.best)
+
+
 def _reset(c: Invocation) -> int:
     from .commands.reset import reset_command
 
@@ -332,6 +362,8 @@ COMMANDS: dict[str, Command] = {
     "experiment": Command(_experiment),
     "eval": Command(_eval),
     "reset": Command(_reset, logs_to_file=False),
+    "export": Command(_export, logs_to_file=False),
+    "ask": Command(_ask, logs_to_file=False),
 }
 
 
