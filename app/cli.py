@@ -122,6 +122,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="machine-readable output")
     _add_overrides(ev)
 
+    ex = sub.add_parser("export", help="the trained model as files other tools read: GGUF + LoRA + Ollama Modelfile, "
+                                       "or a merged transformers folder; with a model card")
+    exwhich = ex.add_mutually_exclusive_group()
+    exwhich.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
+    exwhich.add_argument("--best", action="store_true", help="the best checkpoint by held-out accuracy")
+    ex.add_argument("--format", dest="fmt", choices=("gguf", "hf"),
+                    help="gguf: base GGUF + adapter GGUF + Modelfile, for llama.cpp and Ollama (the default where the "
+                         "base is a GGUF); hf: merged safetensors for transformers")
+    ex.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) folder to write")
+    _add_overrides(ex)
+
+    ak = sub.add_parser("ask", help="the trained model and the base model answer a question side by side")
+    ak.add_argument("question", help='e.g. "What is 17 + 25?"')
+    akwhich = ak.add_mutually_exclusive_group()
+    akwhich.add_argument("--checkpoint", type=Path, metavar="DIR", help="a checkpoint folder (default: this home's newest)")
+    akwhich.add_argument("--best", action="store_true", help="the best checkpoint by held-out accuracy")
+    _add_overrides(ak)
+
     rs = sub.add_parser("reset", help="start again from the base model (or --best: from the best checkpoint); "
                                       "checkpoints and metrics are archived, identity and peers kept")
     rs.add_argument("--best", action="store_true", help="resume from the checkpoint with the best held-out accuracy")
@@ -310,6 +328,18 @@ def _eval(c: Invocation) -> int:
     return eval_command(c.config, c.paths, c.args.checkpoint, c.args.base, c.args.json, c.args.best, c.args.pass_at)
 
 
+def _export(c: Invocation) -> int:
+    from .commands.export import export_command
+
+    return export_command(c.config, c.paths, c.args.out, c.args.checkpoint, c.args.best, c.args.fmt)
+
+
+def _ask(c: Invocation) -> int:
+    from .commands.ask import ask_command
+
+    return ask_command(c.config, c.paths, c.args.question, c.args.checkpoint, c.args.best)
+
+
 def _reset(c: Invocation) -> int:
     from .commands.reset import reset_command
 
@@ -349,20 +379,45 @@ COMMANDS: dict[str, Command] = {
     "experiment": Command(_experiment),
     "eval": Command(_eval),
     "reset": Command(_reset, logs_to_file=False),
+    "export": Command(_export, logs_to_file=False),
+    "ask": Command(_ask, logs_to_file=False),
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def with_default_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with `run` put in where no command is named: `swarmling --threads 2` is `swarmling
+    run --threads 2` (README's common flags work with the default command). The command's place is
+    after the top-level options (--home, --config, -v); whatever comes there that is not a command
+    (or a request for help) starts run's own options."""
+    takes_value = {o for a in parser._actions if a.nargs != 0 for o in a.option_strings}
+    no_value = {o for a in parser._actions if a.nargs == 0 for o in a.option_strings}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in takes_value:
+            i += 2
+        elif word in no_value - {"-h", "--help"} or word.split("=", 1)[0] in takes_value:
+            i += 1
+        else:
+            break
+    if i < len(argv) and (argv[i] in COMMANDS or argv[i] in ("-h", "--help")):
+        return argv
+    return [*argv[:i], "run", *argv[i:]]
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return parser.parse_args(with_default_command(parser, list(sys.argv[1:] if argv is None else argv)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="swarmling: %(message)s")
     # The node's own progress notes (e.g. the one-time model conversion) are for the user.
     logging.getLogger("swarmling").setLevel(logging.INFO)
     # py-libp2p logs every failed dial of a departed peer at ERROR: the node reports what matters
     # (importing py-libp2p resets this: swarm/host/host.py sets it again).
     logging.getLogger("libp2p").setLevel(logging.INFO if args.verbose else logging.CRITICAL)
-    if args.command is None:
-        args = parser.parse_args([*(sys.argv[1:] if argv is None else argv), "run"])
     paths = resolve_paths(args.home)
     config_file = args.config or Path(os.environ.get("SWARMLING_CONFIG", paths.config_file))
     if args.config is not None and not args.config.exists():

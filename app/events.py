@@ -38,6 +38,16 @@ class StateChanged:
 
 
 @dataclass(frozen=True)
+class Preparing:
+    """Before the first round: what the node is doing (loading the model, converting it once for
+    the trainer, scoring the weights it starts from), and how far, where that is countable."""
+
+    what: str
+    done: int = 0
+    total: int = 0  # 0: nothing to count
+
+
+@dataclass(frozen=True)
 class PhaseChanged:
     round: int
     phase: str
@@ -123,7 +133,8 @@ class Notice:
 
 
 Event = (
-    NodeStarted | StateChanged | PhaseChanged | Progress | RoundFinished | RoundRollouts | SwarmUpdated | Notice
+    NodeStarted | StateChanged | Preparing | PhaseChanged | Progress | RoundFinished | RoundRollouts | SwarmUpdated
+    | Notice
 )
 Listener = Callable[[Event], None]
 

@@ -186,13 +186,18 @@ def cpu_bf16_choice(mode: str, hw: Hardware) -> tuple[bool, str]:
     return False, "fp32: this CPU has no bf16 instructions (train.cpu_bf16 = auto)"
 
 
+def reply_tokens(config: Config, preset: Preset) -> int:
+    """The longest reply the node samples (and evaluates, and `ask` or an export decodes)."""
+    return config.round.max_new_tokens or preset.max_new_tokens
+
+
 def round_shape(config: Config, preset: Preset, build: BuildSettings, model_scale: float = 1.0) -> RoundShape:
     """The round's shape as configured, with what was left to the hardware filled in (bigger
     rounds where there are more threads); ResourceError when generating it would not fit under
     the user's memory ceiling on the CPU backend."""
     questions = config.round.questions or (8 if build.threads <= 4 else 16)
     completions = config.round.completions or 8
-    max_new_tokens = config.round.max_new_tokens or preset.max_new_tokens
+    max_new_tokens = reply_tokens(config, preset)
     ceiling = config.resources.max_memory_gb
     if ceiling is not None and build.kind == "cpu":
         sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)

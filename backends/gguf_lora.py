@@ -89,3 +89,37 @@ def write_gguf_lora(lora_state: Mapping[str, np.ndarray], shape: ModelShape, alp
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
+
+
+def gguf_metadata(gguf_path: Path, *keys: str) -> dict[str, object]:
+    """Some of a GGUF file's metadata (memory-mapped: the tensors are not read); absent keys are left out."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(gguf_path))
+    return {k: reader.fields[k].contents() for k in keys if k in reader.fields}
+
+
+def model_shape(gguf_path: Path) -> ModelShape:
+    """The base model's shape as its GGUF states it (what the CPU backend reads from its trainer's config)."""
+    arch = gguf_metadata(gguf_path, "general.architecture")["general.architecture"]
+    meta = gguf_metadata(gguf_path, f"{arch}.block_count", f"{arch}.attention.head_count",
+                         f"{arch}.attention.head_count_kv")
+    heads = int(meta[f"{arch}.attention.head_count"])
+    return ModelShape(arch=str(arch), n_layers=int(meta[f"{arch}.block_count"]), n_head=heads,
+                      n_head_kv=int(meta.get(f"{arch}.attention.head_count_kv", heads)))
+
+
+def peft_adapter_as_gguf(adapter_dir: Path, base_gguf: Path, out: Path) -> None:
+    """A checkpoint's peft adapter (adapter_model.safetensors + adapter_config.json) as a GGUF LoRA
+    for `base_gguf`: the file the CPU backend hands its sampler after every update."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    from .adapter_format import ADAPTER_CONFIG, ADAPTER_FILE
+
+    config = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    if config.get("mode") == "full":
+        raise ValueError("a fully fine-tuned checkpoint has no adapter to write as a GGUF LoRA")
+    state = load_file(str(Path(adapter_dir) / ADAPTER_FILE))
+    write_gguf_lora(state, model_shape(base_gguf), float(config["alpha"]), out)

@@ -34,10 +34,19 @@ def gguf_fingerprint(gguf: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _target(gguf: Path, cache_dir: Path) -> Path:
+    return cache_dir / "hf-models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
+
+
+def is_converted(gguf: Path, cache_dir: Path) -> bool:
+    """Whether `converted_folder` will find the folder made already (or convert first)."""
+    return (_target(Path(gguf).resolve(), cache_dir) / MARKER).is_file()
+
+
 def converted_folder(gguf: Path, cache_dir: Path) -> Path:
     """The cached HF folder for `gguf`, converting it first if needed (atomic: temp dir + rename)."""
     gguf = Path(gguf).resolve()
-    target = cache_dir / "hf-models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
+    target = _target(gguf, cache_dir)
     if (target / MARKER).is_file():
         return target
     log.info("converting %s to a torch checkpoint (once; about a minute on a small CPU)", gguf.name)

@@ -47,12 +47,11 @@ def make_backend(gguf: Path, runtime: Path, temperature: float = 1.0, **kw):
 
     from swarmling.backends.cpu import CpuBackend, CpuSettings
 
-    kw = {**trainer_settings(), **kw}
+    kw = {"threads": os.cpu_count() or 2, **trainer_settings(), **kw}
     return CpuBackend(
         CpuSettings(
             gguf=gguf,
             model_name="smollm2-135m",
-            threads=os.cpu_count() or 2,
             cache_dir=TEST_CACHE,
             runtime_dir=runtime,
             temperature=temperature,

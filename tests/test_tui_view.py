@@ -53,3 +53,23 @@ def test_event_queue_is_bounded_and_drains_in_order():
         queue(Notice("info", str(i)))
     assert [e.text for e in queue.drain()] == ["2", "3", "4"]
     assert queue.drain() == []
+
+
+def test_the_reward_axis_fits_the_data_and_labels_every_tick():
+    from swarmling.app.tui.widgets.learning import tick_label, y_axis
+
+    assert y_axis([0.05, 0.22, 0.27]) == (0.3, [0.0, 0.1, 0.2, 0.3])  # 0-0.3 fills the plot, not its bottom third
+    assert y_axis([0.45]) == (0.6, [0.0, 0.2, 0.4, 0.6])
+    assert y_axis([0.5, 0.9]) == (1.0, [0.0, 0.25, 0.5, 0.75, 1.0])
+    assert y_axis([]) == (0.1, [0.0, 0.025, 0.05, 0.075, 0.1])
+    assert [tick_label(t) for t in (0.0, 0.25, 0.5, 1.0)] == ["0", "0.25", "0.5", "1"]
+
+
+def test_the_first_minute_is_shown_as_preparing_until_the_first_round():
+    from swarmling.app.events import PhaseChanged, Preparing
+
+    view = NodeView()
+    view.apply(Preparing("scoring the base model", 96, 240))
+    assert (view.preparing.done, view.preparing.total) == (96, 240)
+    view.apply(PhaseChanged(1, "tasks"))
+    assert view.preparing is None and view.round == 1

@@ -103,11 +103,12 @@ def score_tasks(sampler: Sampler, tasks: Sequence[Task], prefill_answer: bool, m
     """Near-greedy accuracy on any held-out tasks (an experiment's own set)."""
     started = time.perf_counter()
     form = PromptFormat(prefill_answer)
-    replies = [group[0] for group in _generate(sampler, form, tasks, 1, _near_greedy(max_new_tokens), should_stop)]
+    replies = [group[0] for group in _generate(sampler, form, tasks, 1, near_greedy(max_new_tokens), should_stop)]
     return _score(form, tasks, replies, round(time.perf_counter() - started, 3))
 
 
-def _near_greedy(max_new_tokens: int) -> SamplingParams:
+def near_greedy(max_new_tokens: int) -> SamplingParams:
+    """The evaluation's decoding (also `ask`'s and an export's suggested settings)."""
     return SamplingParams(max_new_tokens=max_new_tokens, temperature=EVAL_TEMPERATURE, stop=STOP, seed=EVAL_SAMPLING_SEED)
 
 
@@ -118,15 +119,16 @@ def evaluate(
     max_new_tokens: int,
     should_stop: Callable[[], bool] | None = None,
     levels: Mapping[str, int] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Accuracy on the preset's fixed set, and with `levels` on the at-level set too; raises
-    Abandoned when `should_stop` turns true."""
+    Abandoned when `should_stop` turns true. `on_progress(items replied, items)` as replies end."""
     started = time.perf_counter()
     fixed = eval_tasks(preset.name)
     at_level = [t for d, level in (levels or {}).items() for t in at_level_tasks(preset.name, d, level)]
     form = PromptFormat(prefill_answer)
-    replies = [group[0] for group in _generate(sampler, form, [*fixed, *at_level], 1, _near_greedy(max_new_tokens),
-                                               should_stop)]
+    replies = [group[0] for group in _generate(sampler, form, [*fixed, *at_level], 1, near_greedy(max_new_tokens),
+                                               should_stop, on_progress)]
     seconds = round(time.perf_counter() - started, 3)
     result = _score(form, fixed, replies[: len(fixed)], seconds)
     if levels:
@@ -165,14 +167,20 @@ def pass_at_k(sampler: Sampler, preset: Preset, prefill_answer: bool, max_new_to
 
 
 def _generate(sampler: Sampler, form: PromptFormat, tasks: Sequence[Task], n: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None) -> list[list[Completion]]:
+              should_stop: Callable[[], bool] | None,
+              on_progress: Callable[[int, int], None] | None = None) -> list[list[Completion]]:
     """`n` replies per task, generated EVAL_BATCH // n prompts at a time (the same batches, with
     the same seed, every time: two evaluations of the same weights agree)."""
     out: list[list[Completion]] = []
     per_call = max(1, EVAL_BATCH // n)
+    total = len(tasks) * n
     for start in range(0, len(tasks), per_call):
         prompts = [form.prompt(t.question) for t in tasks[start: start + per_call]]
-        generated = sampler.generate(prompts, n, params, should_stop).completions
+        report = None
+        if on_progress is not None:
+            def report(done: int, _total: int, _tokens: int, before: int = start * n) -> None:
+                on_progress(before + done, total)
+        generated = sampler.generate(prompts, n, params, should_stop, report).completions
         if any(c.finish_reason == "abandoned" for group in generated for c in group):
             raise Abandoned("evaluation abandoned")
         out.extend(generated)

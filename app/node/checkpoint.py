@@ -87,6 +87,22 @@ def verify(folder: Path) -> Checkpoint:
     return Checkpoint(round_no, folder, state)
 
 
+def copy_checkpoint(folder: Path, into: Path) -> Checkpoint:
+    """A verified copy of the checkpoint in `folder`, at `into` (which must not exist yet), for
+    readers beside a running node (export, ask): copied first and then checked against its
+    manifest, so a folder the node prunes or replaces while it is read gives CheckpointError,
+    never a mix of two rounds. The node's lock is not taken: it would stop the node for the copy."""
+    try:
+        shutil.copytree(folder, into)
+        return verify(into)
+    except (OSError, shutil.Error) as exc:
+        shutil.rmtree(into, ignore_errors=True)
+        raise CheckpointError(f"{folder} changed or went away while it was copied ({exc})") from exc
+    except CheckpointError:
+        shutil.rmtree(into, ignore_errors=True)
+        raise
+
+
 def _rounds(root: Path) -> list[Path]:
     if not root.is_dir():
         return []

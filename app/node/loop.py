@@ -20,14 +20,17 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from dataclasses import replace
 
 
 from ...backends.base import Abandoned, Backend, StopCheck
 from ...backends.factory import build_backend
+from ...backends.hf_from_gguf import is_converted
 from ..config import Config
 from ..errors import NodeError
-from ..events import Listener, NodeStarted, Notice, PhaseChanged, RoundFinished, RoundRollouts, StateChanged, group_views
+from ..events import (Listener, NodeStarted, Notice, PhaseChanged, Preparing, RoundFinished, RoundRollouts, StateChanged,
+                      group_views)
 from ..hardware import Hardware, detect
 from ..learning.curriculum import Curriculum
 from ..learning.draws import RoundDraws
@@ -58,6 +61,14 @@ from .status import StatusBoard
 from .suspension import wait_while_held
 
 
+def loading_note(model: ResolvedModel, backend_kind: str, cache_dir: Path) -> str:
+    """What loading the backend involves: on a first CPU run, the model's one-time conversion."""
+    if backend_kind == "cpu" and model.gguf is not None:
+        if not is_converted(model.gguf, cache_dir):
+            return f"loading {model.name}, and converting it for the trainer (once; about a minute on a small CPU)"
+    return f"loading {model.name}"
+
+
 class Node(NodeControls):
     def __init__(self, config: Config, paths: Paths, listener: Listener | None = None,
                  hardware: Hardware | None = None, build: BackendBuilder = build_backend,
@@ -79,6 +90,7 @@ class Node(NodeControls):
         self.curriculum: Curriculum | None = None
         self.waiting: list[QuestionGroup] = []  # selected groups waiting for the minimum batch
         self.round = 0
+        self._rounds_begun = False  # before the first round, the start's work is shown as preparing
         self.held_out = HeldOutSchedule(config.eval.every_rounds, self._measure, base_evals)
         self.best: BestKeeper | None = None  # start() reads it from the checkpoints
         self.swarm = OfflineSwarm(self.emit)
@@ -130,6 +142,7 @@ class Node(NodeControls):
         self.seed = start.seed
         spec = backend_spec(cfg, self.paths, self.sizing.build, self.model, self.seed % 2**31)
         self.slot = BackendSlot(spec, self.paths.checkpoints, self._build)
+        self.emit(Preparing(loading_note(self.model, spec.kind, self.paths.cache_dir)))
         backend = self.slot.open()
         self.curriculum, self.waiting = restore(start, backend, self.preset, self.emit)
         try:
@@ -202,6 +215,7 @@ class Node(NodeControls):
         return done
 
     def _run_round(self, round_no: int) -> None:
+        self._rounds_begun = True
         prefill = self.prompt_format.prefill
         last = self.board.last_record
         draws = RoundDraws(self.seed, round_no)
@@ -255,8 +269,16 @@ class Node(NodeControls):
         return self.model.name, self.preset.name, self.config.reward.prefill_answer, self.sizing.shape.max_new_tokens
 
     def _measure(self, weights_round: int, should_stop: StopCheck | None) -> EvalResult:
+        report = None
+        if not self._rounds_begun:  # the start's evaluation: the first minute of a fresh node
+            what = ("scoring the base model on held-out tasks: the mark its progress starts from"
+                    if weights_round == 0 else f"scoring round {weights_round}'s weights on the held-out set")
+
+            def report(done: int, total: int) -> None:
+                self.emit(Preparing(what, done, total))
         result = evaluate(self.slot.backend, self.preset, self.config.reward.prefill_answer,
-                          self.sizing.shape.max_new_tokens, should_stop, levels=self.curriculum.levels())
+                          self.sizing.shape.max_new_tokens, should_stop, levels=self.curriculum.levels(),
+                          on_progress=report)
         per = ", ".join(f"{d} {a:.0%}" for d, a in result.per_dataset.items())
         self.emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per}; "
                                  f"{result.tag_rate:.0%} of replies closed the tag)"))

@@ -14,6 +14,7 @@ import logging
 import signal
 from importlib import resources
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from textual.app import App, ComposeResult
@@ -26,6 +27,7 @@ from ..paths import Paths
 from .screens.help import HelpScreen
 from .screens.rollout import RolloutScreen
 from .screens.settings import SettingsScreen
+from .screens.try_it import Asker, TryItScreen
 from .view import EventQueue, NodeView
 from .widgets.header import NodeHeader
 from .widgets.learning import LearningPanel
@@ -74,6 +76,7 @@ class SwarmlingApp(App[int]):
         Binding("p", "pause", "pause/resume"),
         Binding("f", "finish", "finish round"),
         Binding("s", "settings", "settings"),
+        Binding("t", "try_it", "try it"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit_node", "quit"),
         Binding("ctrl+c", "quit_node", "quit", show=False, priority=True),
@@ -81,8 +84,9 @@ class SwarmlingApp(App[int]):
     ]
 
     def __init__(self, control: NodeControl, events: EventQueue, view: NodeView | None = None,
-                 refresh_s: float = REFRESH_S) -> None:
+                 refresh_s: float = REFRESH_S, make_asker: Callable[[], Asker] | None = None) -> None:
         super().__init__()
+        self.make_asker = make_asker
         self.control = control
         self.events = events
         self.view = view or NodeView()
@@ -177,6 +181,12 @@ class SwarmlingApp(App[int]):
 
         self.push_screen(SettingsScreen(self.control.config, questions, self.control.save_settings), saved)
 
+    def action_try_it(self) -> None:
+        if self.make_asker is None:
+            self.notify("Nothing to ask here.", severity="warning")
+        else:
+            self.push_screen(TryItScreen(self.make_asker))
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
@@ -218,6 +228,8 @@ def create_app(config: Config, paths: Paths, *, rounds: int | None = None, confi
     """The app around a real node (loaded on the node's thread once the app is up)."""
     from ..node.runner import NodeRunner
 
+    from ..commands.ask import NodeAsker
+
     events = EventQueue()
     runner = NodeRunner(config, paths, events, rounds=rounds, config_file=config_file, cli=cli)
-    return SwarmlingApp(runner, events, refresh_s=refresh_s)
+    return SwarmlingApp(runner, events, refresh_s=refresh_s, make_asker=lambda: NodeAsker(config, paths))

@@ -21,6 +21,7 @@ from ..events import (
     Notice,
     PeerView,
     PhaseChanged,
+    Preparing,
     Progress,
     RoundFinished,
     RoundRollouts,
@@ -92,6 +93,7 @@ class NodeView:
     progress: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase -> (done, total)
     tokens_per_s: float = 0.0
     last_round: RoundRecord | None = None  # the last finished round's record
+    preparing: Preparing | None = None  # before the first round: what the node is doing
     # learning
     history: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # (round, own, peers)
     evals: deque = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))  # (round, held-out accuracy)
@@ -131,7 +133,11 @@ class NodeView:
             if event.phase == "generate":
                 self.tokens_per_s = event.tokens_per_s
             self._bump("round")
+        elif isinstance(event, Preparing):
+            self.preparing = event
+            self._bump("round")
         elif isinstance(event, PhaseChanged):
+            self.preparing = None
             if event.round != self.round:
                 self.round = event.round
                 self.phases_done = set()

@@ -21,6 +21,7 @@ checkpoint. Nothing is lost when you quit: it resumes from the last round.
 | `p` | pause now (drops the round in flight), or resume |
 | `f` | finish this round, then pause |
 | `s` | settings: round mix, task preset, threads |
+| `t` | try it: ask the trained and the base model a question |
 | `enter` | on the Rollouts tab: the whole question-group |
 | `tab` / `1`-`4` | switch between Overview, Swarm, Rollouts, Log |
 | `?` | this help |

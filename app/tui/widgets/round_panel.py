@@ -24,6 +24,9 @@ class RoundPanel(Static):
 
     def show(self, view: NodeView) -> None:
         self._view = view
+        if view.preparing is not None or (view.state == "starting" and not view.phase):
+            self.update(self._getting_ready(view))
+            return
         table = Table.grid(padding=(0, 1))
         table.add_column(width=8)
         table.add_column(width=max(10, min(72, self.size.width - 30)))
@@ -41,6 +44,26 @@ class RoundPanel(Static):
                 detail = self._detail(view, phase, active, last_seconds)
             table.add_row(Text(LABELS[phase], style=style), bar, Text(detail, style=style or "dim"))
         self.update(Group(self._title(view), table, self._summary(view)))
+
+    def _getting_ready(self, view: NodeView) -> Group:
+        """The first minute: loading (and on a first run converting) the model, then scoring the
+        weights it starts from; the rounds' bars would only say "Round -" meanwhile."""
+        step = view.preparing
+        what = step.what if step is not None else (view.state_detail or "loading the model")
+        rows: list = [Text("Getting ready", style="bold"), Text(what, style="cyan")]
+        if step is not None and step.total:
+            bar = Table.grid(padding=(0, 1))
+            bar.add_column(width=max(10, min(72, self.size.width - 22)))
+            bar.add_column(width=16, justify="right")
+            bar.add_row(ProgressBar(total=step.total, completed=step.done, complete_style="cyan"),
+                        Text(f"{step.done}/{step.total} replies"))
+            rows.append(bar)
+        else:
+            rows.append(ProgressBar(total=1.0, completed=0.5, complete_style="cyan", pulse=False,
+                                    width=max(10, min(72, self.size.width - 22))))
+        rows.append(Text("the first round starts once this is done" if view.last_round is None
+                         else "rounds resume once this is done", style="dim"))
+        return Group(*rows)
 
     @staticmethod
     def _title(view: NodeView) -> Text:

@@ -1,0 +1,42 @@
+"""The command line: README's common flags work with the default command (`swarmling --threads 2`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmling.app.cli import main, parse_arguments
+
+
+@pytest.mark.parametrize("flags, attribute, value", [
+    (["--threads", "2"], "threads", 2),
+    (["--model", "gemma3-270m"], "model", "gemma3-270m"),
+    (["--set", "round.questions=4"], "assignments", [("round.questions", 4)]),
+    (["--rounds", "3", "--headless"], "rounds", 3),
+], ids=["threads", "model", "set", "rounds"])
+def test_flags_before_any_command_reach_run(tmp_path, flags, attribute, value):
+    args = parse_arguments(["--home", str(tmp_path), "-v", *flags])
+    assert args.command == "run"
+    assert getattr(args, attribute) == value
+    assert args.home == str(tmp_path) and args.verbose
+
+
+@pytest.mark.parametrize("argv, command", [
+    ([], "run"),
+    (["--home=/tmp/x"], "run"),
+    (["--home", "/tmp/x", "status", "--json"], "status"),
+    (["--config", "c.toml", "eval", "--base"], "eval"),
+])
+def test_a_named_command_is_kept_and_none_is_run(argv, command):
+    assert parse_arguments(argv).command == command
+
+
+def test_a_flag_before_the_command_reaches_runs_configuration(tmp_path, capsys):
+    # The bad value is refused by the config loader, before any model loads: the flag got there.
+    assert main(["--home", str(tmp_path), "--set", "round.temperature=hot"]) == 2
+    assert "round.temperature" in capsys.readouterr().err
+
+
+def test_an_unknown_flag_is_still_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--home", str(tmp_path), "--no-such-flag"])
+    assert "--no-such-flag" in capsys.readouterr().err
