@@ -96,6 +96,12 @@ HELPER_KEEPS = 224
 SLOT_SWEEP_S = 30.0
 PUBLISH_QUEUE, FETCH_QUEUE = 64, 256  # items waiting for the trio thread; more are dropped
 PUBLISH_WAIT_S = 10.0  # longest a publish waits for peers' queues to drain
+# A peer we dial (a helper, a bootstrap node) that comes back gets our latest announcement again
+# at once, when it is this young: a round can last minutes, and until our next one the swarm
+# behind a restarted helper would not hear of our bundle (issue 27: announcements cross a
+# returning helper within 30 s). Younger than the bundles a node keeps (4 rounds), so it can
+# still be fetched.
+REPUBLISH_WITHIN_S = 120.0
 
 
 class SwarmError(RuntimeError):
@@ -190,6 +196,7 @@ class SwarmHost:
         self._relay: CountingRelay | None = None
         self._dialback: DialBackServer | None = None
         self._bound_port = 0  # the port the first start got (settings may say 0): restarts keep it
+        self._last_published: tuple[float, bytes] | None = None  # (trio clock, announcement)
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -374,6 +381,7 @@ class SwarmHost:
                     self._health.up()
                     nursery.start_soon(self.shards.run, host, pubsub, nursery)
                     nursery.start_soon(self._publish_loop, publish_recv)
+                    nursery.start_soon(self._republish_to_returning_targets)
                     nursery.start_soon(self._bundles.fetch_each, fetch_recv)
                     nursery.start_soon(self._dialer.run, host)
                     nursery.start_soon(self._keeper.run, host, pubsub, s.topic)
@@ -453,9 +461,28 @@ class SwarmHost:
                 await trio.sleep(0.05)
             try:
                 await self._pubsub.publish(self.shards.publish_topics(self._pubsub), data)
+                self._last_published = (trio.current_time(), data)
             except Exception as exc:  # noqa: BLE001 — no peers, closing: the next round publishes again
                 log.info("publish failed: %s", exc)
             await trio.sleep(self.settings.publish_interval_s)
+
+    async def _republish_to_returning_targets(self) -> None:
+        """Once a second: a dial target that joined our topic since the last look (a helper back
+        after a restart, a bootstrap node) gets our latest announcement again, when it is young
+        (REPUBLISH_WITHIN_S). Peers that had it ignore the copy (a duplicate, not blamed)."""
+        listening: set[str] = set()
+        while True:
+            await trio.sleep(1.0)
+            now = {p.to_base58() for name, peers in list(self._pubsub.peer_topics.items())
+                   if name == self.settings.topic or name.startswith(self.settings.topic + "/") for p in peers}
+            now = {p for p in now if self._dialer.is_target(p)}
+            returned, listening = now - listening, now
+            last = self._last_published
+            if returned and last is not None and trio.current_time() - last[0] < REPUBLISH_WITHIN_S:
+                try:
+                    await self._pubsub.publish(self.shards.publish_topics(self._pubsub), last[1])
+                except Exception as exc:  # noqa: BLE001 — as a round's publish: the next round publishes again
+                    log.info("publish failed: %s", exc)
 
 
 async def _free_departed_slots(host, relay: CountingRelay) -> None:
