@@ -53,9 +53,8 @@ class Victim:
     def __init__(self, tmp_path) -> None:
         self.tmp_path = tmp_path
         self.node = honest(tmp_path, "victim")
-        body, _ = bundle_and_announcement(self.node.peer_id, real_groups(1), addrs=self.node.listen_addrs)
-        self.probe_digest, self.probe_body = digest(body), body
-        self.node._own[self.probe_digest] = body
+        self.probes = 0
+        self._new_probe_bundle()
         self.attackers = 0
         self.attacker = self._new_attacker()
         self.rss_start = psutil.Process().memory_info().rss
@@ -89,10 +88,21 @@ class Victim:
         self.attacker.stop()
         self.attacker = self._new_attacker()
 
-    def probe(self) -> bytes:
+    def _new_probe_bundle(self) -> None:
+        # A peer is served each bundle once (bundle_protocol.ServedOnce): every probe asks for a new one.
+        self.probes += 1
+        body, _ = bundle_and_announcement(self.node.peer_id, real_groups(1), round_no=self.probes,
+                                          addrs=self.node.listen_addrs)
+        self.probe_digest, self.probe_body = digest(body), body
+        self.node._own[self.probe_digest] = body
+
+    def probe_served(self) -> bool:
+        """The attacker fetches a bundle the victim has not served it yet, and gets it whole."""
+        self._new_probe_bundle()
         node = self.node
         request = f"{self.probe_digest}\n".encode()
-        return self.attacker.send_raw(node.peer_id, node.host.settings.fetch_protocol, request, read_s=5)
+        reply = self.attacker.send_raw(node.peer_id, node.host.settings.fetch_protocol, request, read_s=5)
+        return reply == struct.pack(">I", len(self.probe_body)) + self.probe_body
 
     def assert_alive(self) -> None:
         node = self.node
@@ -105,14 +115,13 @@ class Victim:
         node.peer_views()
         assert time.monotonic() - started < 1.0
         # a peer can still fetch a bundle from it (a new one, if it hung up on this one)
-        expected = struct.pack(">I", len(self.probe_body)) + self.probe_body
         try:
-            reply = self.probe()
+            served = self.probe_served()
         except Exception:  # noqa: BLE001 — the attacker's connection is gone
-            reply = b""
-        if reply != expected:
+            served = False
+        if not served:
             self.replace_attacker()
-            assert self.probe() == expected
+            assert self.probe_served()
         assert len(node.board._heard) <= MAX_ORIGINS
 
     def stop(self) -> None:
