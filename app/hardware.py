@@ -42,10 +42,6 @@ class BackendChoice:
     reason: str
 
 
-def _cpu_info() -> tuple[str, frozenset[str]]:
-    return cpu_info()
-
-
 def _cuda_devices() -> tuple[tuple[str, ...], tuple[int, ...]]:
     # Cheap tell first: importing torch costs seconds and CUDA is absent on most volunteer laptops.
     if sys.platform == "darwin" or not (os.path.exists("/proc/driver/nvidia") or os.environ.get("CUDA_VISIBLE_DEVICES")):
@@ -62,7 +58,7 @@ def _cuda_devices() -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 
 def detect() -> Hardware:
-    cpu, flags = _cpu_info()
+    cpu, flags = cpu_info()
     mem = psutil.virtual_memory()
     apple = sys.platform == "darwin" and platform.machine() == "arm64"
     cuda = _cuda_devices()

@@ -188,9 +188,28 @@ class Trainer(abc.ABC):
     def load_adapter(self, directory: Path) -> None: ...
 
 
+@dataclass
+class GenerationProfile:
+    """Where the last `generate` spent its time (`swarmling bench` prints it): the engine's own
+    compute (the prompts' prefill, then one decode step per token position while any reply is
+    live) and everything else, which is the sampler's Python: sampling from the logits, logprobs,
+    end checks, building each step's batch."""
+    prefill_s: float = 0.0
+    prefill_tokens: int = 0  # decoded, the shared prefix once
+    decode_s: float = 0.0
+    live_per_step: list[int] = field(default_factory=list)  # sequences decoded at each step
+    total_s: float = 0.0
+
+    @property
+    def python_s(self) -> float:
+        return max(0.0, self.total_s - self.prefill_s - self.decode_s)
+
+
 class ReferenceDecoder(Protocol):
     """The sampler's raw engine decoding without logprobs: the baseline `swarmling bench` compares
-    the node's sampling throughput with."""
+    the node's sampling throughput with, and where the sampler's last `generate` spent its time."""
+
+    last_profile: GenerationProfile
 
     def reference_decode(
         self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0

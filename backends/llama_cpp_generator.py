@@ -21,7 +21,7 @@ from pathlib import Path
 import llama_cpp as lc
 import numpy as np
 
-from .base import Completion, GenerationResult, ProgressCallback, SamplingParams, StopCheck
+from .base import Completion, GenerationProfile, GenerationResult, ProgressCallback, SamplingParams, StopCheck
 from .completion import check_sampling, generation_result
 from .cpu_features import has_amx
 from .sequence_end import SequenceEnd
@@ -42,23 +42,6 @@ def _silence_llama_logs() -> None:
 
 class LlamaCppError(RuntimeError):
     pass
-
-
-@dataclass
-class GenerationProfile:
-    """Where the last `generate` spent its time (`swarmling bench` prints it): llama.cpp's own
-    compute (the prompts' prefill, then one decode step per token position while any reply is
-    live) and everything else, which is this module's Python: sampling from the logits, logprobs,
-    end checks, building each step's batch."""
-    prefill_s: float = 0.0
-    prefill_tokens: int = 0  # decoded, the shared prefix once
-    decode_s: float = 0.0
-    live_per_step: list[int] = field(default_factory=list)  # sequences decoded at each step
-    total_s: float = 0.0
-
-    @property
-    def python_s(self) -> float:
-        return max(0.0, self.total_s - self.prefill_s - self.decode_s)
 
 
 @dataclass

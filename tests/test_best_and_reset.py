@@ -22,6 +22,16 @@ def scripted(node, accuracies):
     node.held_out._measure = lambda weights_round, stop: EvalResult(next(scores), {"chain_sum": 0.5}, 1.0, 240, 0.1)
 
 
+def round_on_restart(home) -> int:
+    """The round a node started again in `home` resumes from."""
+    node, _ = make_node(home)
+    try:
+        node.start()
+        return node.round
+    finally:
+        node.close()
+
+
 def test_the_best_evaluation_keeps_its_checkpoint_and_every_record_says_which(tmp_path):
     node, _ = make_node(tmp_path, **{"eval.every_rounds": 2, "checkpoint.keep": 1})
     scripted(node, [0.10, 0.30, 0.20, 0.25])  # the start, rounds 2, 4, 6
@@ -50,12 +60,7 @@ def test_reset_to_the_best_resumes_there_and_keeps_identity_and_peers(tmp_path):
     (paths.data_dir / "known_peers.json").write_text("{}")
     assert reset_command(paths, to_best=True) == 0
     assert [r["round"] for r in records(tmp_path)] == [1, 2]
-    node, _ = make_node(tmp_path)
-    try:
-        node.start()
-        assert node.round == 2
-    finally:
-        node.close()
+    assert round_on_restart(tmp_path) == 2
     assert (paths.data_dir / "identity.key").read_bytes() == b"key" and (paths.data_dir / "known_peers.json").exists()
     archived = list((paths.state_dir / "archive").iterdir())
     assert len(archived) == 1 and (archived[0] / "metrics.jsonl").exists()
@@ -73,12 +78,7 @@ def test_reset_starts_again_from_the_base_model_and_is_refused_while_the_node_ru
         reset_command(resolve_paths(tmp_path), to_best=True)  # none kept (no evaluation ran): nothing moved
     assert [r["round"] for r in records(tmp_path)] == [1, 2]
     assert reset_command(resolve_paths(tmp_path), to_best=False) == 0
-    node, _ = make_node(tmp_path)
-    try:
-        node.start()
-        assert node.round == 0
-    finally:
-        node.close()
+    assert round_on_restart(tmp_path) == 0
 
 
 def test_an_earlier_versions_checkpoint_resumes_its_adapter_with_a_fresh_optimizer(tmp_path):

@@ -36,7 +36,7 @@ from ..paths import Paths, resolve_paths
 from ..events import PHASES
 from ..learning.draws import RoundDraws
 from ..learning.round import run_round, training_samples
-from ...backends.base import Backend, TrainerSwitches, TrainSample
+from ...backends.base import Backend, GenerationProfile, TrainerSwitches, TrainSample
 
 
 def bench(config: Config, paths: Paths, rounds: int) -> int:
@@ -95,9 +95,8 @@ def _bench(node: Node, rounds: int) -> int:
     print("\ngeneration throughput (same prompts, same completion lengths, prefill included)")
     print(f"  raw llama.cpp, C sampler, no logprobs   {ref_tps:7.1f} tok/s ({ref_tokens} tokens in {ref_seconds:.2f} s)")
     print(f"  swarmling round (last round)            {round_tps:7.1f} tok/s  ratio {round_tps / ref_tps:.2f}  (target >= 0.90)")
-    profile = getattr(reference, "last_profile", None)  # the last round's generation, llama.cpp only
-    if profile is not None and profile.total_s > 0:
-        print(generation_profile(profile))
+    if reference.last_profile.total_s > 0:  # the last round's generation
+        print(generation_profile(reference.last_profile))
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")
     return 0
 
@@ -229,7 +228,7 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def generation_profile(p) -> str:
+def generation_profile(p: GenerationProfile) -> str:
     """The last round's generation phase: llama.cpp's prefill and decode steps, and the Python
     around them (sampling, logprobs, end checks, batch building)."""
     steps = p.live_per_step
