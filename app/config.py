@@ -107,6 +107,11 @@ class TrainSection(_Section):
     # policy would not write is what destabilises shared-rollout GRPO). A peer on another model
     # gives no comparable logprob: its wrong replies are not trained on. 0: off (full weight).
     external_negative_cap: float = Field(default=1.0, ge=0, le=100)
+    # Reasoning mode (reward.prefill_answer = false): a peer's reply that surprises this node's
+    # policy by more than this many nats per token beyond the policy's own entropy is dropped with
+    # its group before training (a payload riding on a right answer's reasoning, arXiv 2511.09780;
+    # app/learning/screening.py). 0: off. With the prefill there is no free text.
+    external_text_margin: float = Field(default=1.0, ge=0, le=100)
     max_grad_norm: float = Field(default=1.0, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     microbatch_tokens: int | None = Field(default=None, ge=64)

@@ -173,6 +173,13 @@ class Trainer(abc.ABC):
         if `should_stop()` turns true before the update is applied."""
 
     @abc.abstractmethod
+    def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        """For each completion token, how much more it surprises the current policy than the policy
+        expects at that position: -log pi(token | prefix) - H(pi(. | prefix)), at the sampling
+        temperature, without changing anything. Text the policy samples itself scores 0 on average
+        whatever its entropy; text it would not write scores above (app/learning/screening.py)."""
+
+    @abc.abstractmethod
     def save_state(self, directory: Path) -> None:
         """Write adapter + optimizer state into an existing, empty directory."""
 

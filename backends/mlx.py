@@ -198,12 +198,19 @@ class MlxBackend(Backend):
         return [Completion(self._text(t), t, lp, end.finish_reason) for t, lp, end in zip(toks, lps, ends)]
 
     # ---- training ------------------------------------------------------------------------------
-    def _logprobs(self, model, samples: Sequence[TrainSample], rows: Sequence[Row]) -> mx.array:
+    def _logprobs(self, model, samples: Sequence[TrainSample], rows: Sequence[Row], surprise: bool = False) -> mx.array:
         """log pi(completion token | prefix) for every completion token of `rows`, concatenated in
-        row order (the order of `shared_prefix.layout`)."""
-        return mx.concatenate([self._row_logprobs(model, samples, row) for row in rows])
+        row order (the order of `shared_prefix.layout`); with `surprise`, -log pi - H(pi) instead
+        (Trainer.token_surprise)."""
+        per_row = []
+        for row in rows:
+            logits, targets = self._row_logits(model, samples, row)
+            logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            chosen = mx.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
+            per_row.append(-chosen + (mx.exp(logp) * logp).sum(axis=-1) if surprise else chosen)
+        return mx.concatenate(per_row)
 
-    def _row_logprobs(self, model, samples: Sequence[TrainSample], row: Row) -> mx.array:
+    def _row_logits(self, model, samples: Sequence[TrainSample], row: Row) -> tuple[mx.array, mx.array]:
         """One prompt pass, whose keys and values every completion of the row then attends to
         (positions after the prompt's, as in its own sequence); completions are right-padded,
         which causal attention never looks ahead at."""
@@ -224,13 +231,18 @@ class MlxBackend(Backend):
             # token 0 is predicted by the prompt's last position (row 0), token t by row 1 + k * width + t - 1
             scored.extend([0] + [1 + k * width + t for t in range(completion_inputs(s))] if s.completion_ids else [])
             targets.extend(s.completion_ids)
-        chosen = flat[mx.array(scored)].astype(mx.float32) / self.settings.temperature
-        return mx.take_along_axis(chosen, mx.array(targets)[:, None], axis=-1)[:, 0] - mx.logsumexp(chosen, axis=-1)
+        return flat[mx.array(scored)].astype(mx.float32) / self.settings.temperature, mx.array(targets)
 
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        return self._per_token(samples, surprise=False)
+
+    def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        return self._per_token(samples, surprise=True)
+
+    def _per_token(self, samples: Sequence[TrainSample], surprise: bool) -> list[list[float]]:
         out: list[list[float]] = [[] for _ in samples]
         for rows in packed_rows(samples, self.settings.optim.microbatch_tokens, self.shared_prefix):
-            lp = np.array(self._logprobs(self.model, samples, rows))
+            lp = np.array(self._logprobs(self.model, samples, rows, surprise))
             i = 0
             for row in rows:
                 for j in row.samples:

@@ -223,7 +223,8 @@ class TorchLoraTrainer:
             computed_tokens=rb.computed_tokens,
         )
 
-    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def _chunk_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits at the sampling temperature, fp32."""
         # The head stays fp32 with a bf16 base (its fp32 copy; see bf16_base).
         if self._head_fp32 is not None:
             logits = torch.nn.functional.linear(hidden.float(), self._head_fp32)
@@ -231,21 +232,30 @@ class TorchLoraTrainer:
             logits = self._lm_head(hidden.to(self._lm_head.weight.dtype)).float()
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
-        logits = logits / self.temperature
+        return logits / self.temperature
+
+    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self._chunk_logits(hidden)
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
-    def _logprobs(self, mb: _Microbatch) -> torch.Tensor:
+    def _chunk_surprise(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(self._chunk_logits(hidden), dim=-1)
+        entropy = -(logp.exp() * logp).sum(dim=-1)
+        return -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - entropy
+
+    def _logprobs(self, mb: _Microbatch, per_chunk=None) -> torch.Tensor:
         hidden = self._backbone(
             input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
         ).last_hidden_state
         hidden = hidden.reshape(-1, hidden.shape[-1])[mb.scored]
+        per_chunk = per_chunk or self._chunk_logprobs
         out = []
         for start in range(0, hidden.shape[0], LOGIT_CHUNK):
             h, t = hidden[start : start + LOGIT_CHUNK], mb.targets[start : start + LOGIT_CHUNK]
             if torch.is_grad_enabled():
-                out.append(checkpoint(self._chunk_logprobs, h, t, use_reentrant=False))
+                out.append(checkpoint(per_chunk, h, t, use_reentrant=False))
             else:
-                out.append(self._chunk_logprobs(h, t))
+                out.append(per_chunk(h, t))
         return torch.cat(out)
 
     @torch.no_grad()
@@ -260,15 +270,22 @@ class TorchLoraTrainer:
         with self.model.disable_adapter():
             return self._logprobs(mb)
 
-    @torch.no_grad()
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """log pi(completion token | prefix) under the current policy, at the sampling temperature."""
+        return self._per_token(samples, self._chunk_logprobs)
+
+    def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        """-log pi(token | prefix) - H(pi(. | prefix)) per completion token (Trainer.token_surprise)."""
+        return self._per_token(samples, self._chunk_surprise)
+
+    @torch.no_grad()
+    def _per_token(self, samples: Sequence[TrainSample], per_chunk) -> list[list[float]]:
         was_training = self.model.training
         self.model.eval()
         try:
             result: list[list[float]] = [[] for _ in samples]
             for mb in self._batches(samples):
-                lp = self._logprobs(mb).cpu()
+                lp = self._logprobs(mb, per_chunk).cpu()
                 owner = mb.sample_index.cpu()
                 for local, i in enumerate(mb.samples):
                     result[i] = lp[owner == local].tolist()
@@ -482,6 +499,9 @@ class TorchTrainedBackend(Backend):
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
     ) -> TrainStats:
         return self.trainer.train_step(samples, should_stop, on_progress)
+
+    def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        return self.trainer.token_surprise(samples)
 
     def switches(self) -> TrainerSwitches:
         return TrainerSwitches(shared_prefix=self.trainer.shared_prefix,

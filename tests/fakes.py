@@ -39,6 +39,9 @@ from swarmling.backends.base import (
 REPLIES = ("4</answer>", "12</answer>", "7", "0</answer>", "maybe 3")
 
 
+UNLIKELY_SURPRISE = 11.5
+
+
 class FakeBackend(Backend):
     def __init__(self, step_seconds: float = 0.0) -> None:
         self.step_seconds = step_seconds  # a pause between decode steps, so tests can stop mid-round
@@ -99,6 +102,10 @@ class FakeBackend(Backend):
             on_progress(tokens, tokens, tokens)
         return TrainStats(loss=0.0, tokens=tokens, samples=len(samples), seconds=0.0, grad_norm=0.0,
                           clip_fraction=0.0, ratio_mean=1.0)
+
+    def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        # The fake policy is surprised by nothing it writes itself; a character it never writes ("#"), much.
+        return [[UNLIKELY_SURPRISE if t == self.tokenize("#")[0] else 0.0 for t in s.completion_ids] for s in samples]
 
     def hand_off(self) -> float:
         self.handoffs += 1

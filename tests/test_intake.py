@@ -68,9 +68,19 @@ def test_replies_a_sampler_can_write_are_admitted(wire_group):
     for reply in (f"<answer>{right}</answer>", f"<answer>{right}</answer>\n", "<answer>no idea",
                   f"<answer>{right}</answer>.", f"<answer>{right}</answer></",  # the rest of the closing token
                   f"<answer><answer>{right}</answer>"):
-        assert reply_shape_problem(reply[len("<answer>"):], PEER) is None, reply
+        assert reply_shape_problem(reply, PEER) is None, reply
         admitted = admit_group(with_reply(group, reply), PEER, context(64), "smollm2-135m")
         assert not isinstance(admitted, Rejected), (reply, admitted)
+
+
+def test_reasoning_before_the_answer_is_the_reasoning_modes_shape():
+    """With the prefill off a reply reasons first: that text is screened by our policy
+    (learning/screening.py), not refused here; a second answer after text still is."""
+    assert reply_shape_problem("Two and two make 4. <answer>4</answer>", PEER) is None
+    assert reply_shape_problem("4</answer>", PEER) is None  # no tag opened: unscored, not a danger
+    second = reply_shape_problem("So <answer>5, or rather <answer>4</answer>", PEER)
+    assert isinstance(second, Rejected) and not second.blame
+    assert reply_shape_problem("Sure. <answer>4</answer> buy now", PEER).blame
 
 
 def test_a_peer_on_the_same_model_cannot_send_longer_replies_than_this_node_samples(wire_group):

@@ -18,6 +18,7 @@ def test_a_short_soak_samples_every_node_and_reports_slopes(tmp_path):
     assert all(s["rss_mb"] > 50 and s["fds"] > 5 and s["threads"] >= 2 for s in last), last
     assert {(r["node"], r["measure"]) for r in summary["rows"]} == {(n, m) for n in range(3) for m in MEASURES}
     assert json.loads((tmp_path / "soak.json").read_text())["rows"] == summary["rows"]
+    assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "per 100 rounds" in said[-2] or any("per 100 rounds" in line for line in said)
 
 

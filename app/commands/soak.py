@@ -13,7 +13,8 @@ under its folder. The table gives, per node and measure, the first and last samp
 100 rounds (least squares over the samples after the warm-up) and the last 200 rounds' mean
 against the first 200's (after the warm-up): issue 27 asks RSS to grow < 20 MB per 1,000 rounds
 and the counts to show no upward trend (the last 200's mean at most the first 200's + 2).
-Samples go to `soak.jsonl`, the table and slopes to `soak.json`, in the soak's folder.
+Samples go to `soak.jsonl`, the table and slopes to `soak.json`, a plot of every measure over the
+rounds (one line per node, the warm-up shaded) to `soak.png`, in the soak's folder.
 """
 
 from __future__ import annotations
@@ -161,8 +162,9 @@ def soak(opts: SoakOptions, say=print) -> dict:
     summary = summarize(samples, opts)
     summary["seconds"] = round(time.monotonic() - started, 1)
     (base / "soak.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    plot(samples, opts, base / "soak.png")
     say(table(summary))
-    say(f"samples: {base / 'soak.jsonl'}, summary: {base / 'soak.json'}")
+    say(f"samples: {base / 'soak.jsonl'}, summary: {base / 'soak.json'}, plot: {base / 'soak.png'}")
     return summary
 
 
@@ -222,6 +224,32 @@ def table(summary: dict) -> str:
                      f"{'yes' if r['holds'] else 'NO'}")
     lines.append("within issue 27's bounds" if summary["within_bounds"] else "OUTSIDE issue 27's bounds")
     return "\n".join(lines)
+
+
+def plot(samples: list[dict], opts: SoakOptions, out: Path) -> None:
+    """Every measure over the rounds, one line per node, the warm-up shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = 4
+    fig, axes = plt.subplots((len(MEASURES) + columns - 1) // columns, columns, figsize=(14, 8), sharex=True,
+                             constrained_layout=True)
+    for ax, key in zip(axes.flat, MEASURES):
+        for node in sorted({s["node"] for s in samples}):
+            mine = [s for s in samples if s["node"] == node]
+            ax.plot([s["round"] for s in mine], [s[key] for s in mine], lw=1, label=f"node {node}")
+        ax.axvspan(0, opts.warmup, color="0.9")
+        ax.set_title(key.replace("_", " "), fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(MEASURES):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(f"soak: {opts.nodes} network-only nodes, {opts.rounds} rounds of {opts.round_s:g} s "
+                 f"(warm-up of {opts.warmup} shaded)")
+    fig.savefig(out)
+    plt.close(fig)
 
 
 def soak_command(opts: SoakOptions) -> int:

@@ -20,6 +20,10 @@ from .tasks import Task
 # 18 questions x 8 completions): with this one-example prompt 52% of replies close the tag and 89%
 # of groups carry a learning signal; a plain instruction gave 8% and 50%.
 SYSTEM_PROMPT = "Reply with only the final answer inside <answer></answer> tags, for example: <answer>42</answer>"
+# The reasoning mode (no prefill) asks for the reasoning first: its text is what a larger model learns
+# from, and what peers' replies are screened on (learning/screening.py).
+REASONING_SYSTEM_PROMPT = ("Think briefly, step by step, then give the final answer inside <answer></answer> tags, "
+                           "for example: 6 times 7 is 42, so <answer>42</answer>")
 # Sampling stops once a reply closes its answer: nothing after it is scored.
 STOP = (CLOSE,)
 
@@ -35,8 +39,12 @@ class PromptFormat:
     def prefill(self) -> str:
         return OPEN if self.prefill_answer else ""
 
+    @property
+    def system(self) -> str:
+        return SYSTEM_PROMPT if self.prefill_answer else REASONING_SYSTEM_PROMPT
+
     def prompt(self, question: str) -> ChatPrompt:
-        return ChatPrompt(SYSTEM_PROMPT, question, self.prefill)
+        return ChatPrompt(self.system, question, self.prefill)
 
     def whole_reply(self, completion: str) -> str:
         """A sampled completion as the assistant's whole reply (the prefill in front of it)."""

@@ -26,7 +26,8 @@ from .rollout import QuestionGroup, ScoredCompletion, ShareCallback
 from .draws import RoundDraws
 from .evaluation import EvalResult, eval_fields
 from .round_record import RoundRecord, SwarmRoundStats, TrainRecord
-from .group_selection import select_groups
+from .group_selection import Selection, select_groups
+from .screening import Screening, screen_peer_text
 from .tasks import EVAL_SEED, Preset, regenerate
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class RoundSettings:
     max_groups_per_peer: int | None = None
     # Step once this many groups with a strict signal have accumulated (0: any round with a signal).
     min_signal_groups: int = 0
+    # Reasoning mode only: a peer's reply that surprises our policy by more than this, in nats per
+    # token beyond its own entropy, is dropped with its group (learning/screening.py; 0: off).
+    external_text_margin: float = 0.0
     model: str = ""  # the model's name, for the record (the caller knows it; a backend may not)
 
     @property
@@ -62,6 +66,7 @@ class RoundSettings:
             format_bonus=config.reward.format_bonus,
             max_groups_per_peer=config.round.max_groups_per_peer,
             min_signal_groups=config.train.min_signal_groups,
+            external_text_margin=config.train.external_text_margin,
         )
 
 
@@ -174,6 +179,11 @@ def run_round(
         groups, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
         settings.max_groups_per_peer,
     )
+    # Peers' free text (reasoning mode) screened by our own policy: the verifier checks only the
+    # answer. Dropped groups leave the pool like used ones; their slots stay empty this round.
+    screening = _screen(selection.external, backend, settings)
+    if screening is not None:
+        selection = Selection(selection.local, screening.kept)
     # The batch: the groups still waiting for a step (the policy has not moved since they were
     # sampled; a peer's only while fresh) and this round's selection.
     batch = [g for g in waiting if g.fresh_at(round_no)] + selection.groups
@@ -196,7 +206,8 @@ def run_round(
 
     trained = batch if train_stats else []
     still_waiting = [] if train_stats else _bounded_wait(batch, settings.min_signal_groups)
-    used_external = list(selection.external)  # taken by the batch: trained now, or waiting
+    # taken by the batch (trained now, or waiting), or screened out
+    used_external = list(selection.external) + (screening.dropped if screening else [])
 
     # 8. close: what the caller measures now that the update is applied (the swarm's figures, a
     # held-out score when one is due), for the record
@@ -266,6 +277,8 @@ def run_round(
         eval_best_accuracy=closing.best[0] if closing.best else None,
         eval_best_of_round=closing.best[1] if closing.best else None,
         external_rejected=closing.external_rejected,
+        external_screened=len(screening.dropped) if screening else 0,
+        external_text_surprise=screening.highest if screening else None,
         timestamp=started,
         wall_seconds=round(time.time() - started, 3),
         model=settings.model,
@@ -286,6 +299,14 @@ def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:
         for c, adv in zip(g.completions, g.advantages())
         if c.token_ids
     ]
+
+
+def _screen(external: Sequence[QuestionGroup], backend: Backend, settings: RoundSettings) -> Screening | None:
+    """Peers' selected groups screened (learning/screening.py), or None where nothing is: with the
+    `<answer>` prefill a reply has no free text, and the verifier checks all of it."""
+    if settings.prefill_answer or settings.external_text_margin <= 0 or not external:
+        return None
+    return screen_peer_text(external, backend.token_surprise, settings.external_text_margin)
 
 
 # Groups waiting for a step are bounded: when signal is scarce the oldest groups without right and

@@ -124,6 +124,10 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     eval_best_of_round: int | None = None
     # ---- the round as a whole, and what its caller measured when it closed (learning/round.py) ----
     external_rejected: int = 0
+    # Reasoning mode: peers' groups dropped because a reply's text is unlike ours (learning/screening.py),
+    # and the highest mean surprise per token of a reply among those screened.
+    external_screened: int = 0
+    external_text_surprise: float | None = None
     timestamp: float = 0.0
     wall_seconds: float = 0.0
     model: str = ""

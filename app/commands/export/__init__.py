@@ -107,15 +107,13 @@ def _description(model: ResolvedModel) -> str:
 
 
 def _hf_usage(out: Path, prefill: str, max_new_tokens: int) -> str:
-    from ...learning.prompt import SYSTEM_PROMPT
-
     return "\n".join([
         "With transformers (the folder is a plain model: no peft, no swarmling):", "",
         "```python",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         f"model = AutoModelForCausalLM.from_pretrained({str(out)!r})",
         f"tokenizer = AutoTokenizer.from_pretrained({str(out)!r})",
-        f"messages = [{{'role': 'system', 'content': {SYSTEM_PROMPT!r}}},",
+        f"messages = [{{'role': 'system', 'content': {PromptFormat(bool(prefill)).system!r}}},",
         "            {'role': 'user', 'content': 'What is 17 + 25?'}]",
         "prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)"
         + (f" + {prefill!r}" if prefill else ""),

@@ -39,7 +39,7 @@ class GgufExport:
             "```", "",
             "With [llama.cpp](https://github.com/ggml-org/llama.cpp) (any recent build; the adapter is applied at "
             "load, the base stays as shipped):", "",
-            command_lines(self.base_file, ADAPTER_FILE, example, max_new_tokens),
+            command_lines(self.base_file, ADAPTER_FILE, example, PromptFormat(bool(prefill)).system, max_new_tokens),
         ])
 
 

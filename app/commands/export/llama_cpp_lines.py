@@ -6,7 +6,7 @@ import json
 import shlex
 
 from ....backends.cpu_features import has_amx
-from ...learning.prompt import STOP, SYSTEM_PROMPT
+from ...learning.prompt import STOP
 
 EXAMPLE_QUESTION = "What is 17 + 25?"
 
@@ -18,7 +18,7 @@ def no_repack_flag() -> list[str]:
     return ["--no-repack"] if has_amx() else []
 
 
-def command_lines(base_file: str, adapter_file: str, example_prompt: str, max_new_tokens: int) -> str:
+def command_lines(base_file: str, adapter_file: str, example_prompt: str, system_prompt: str, max_new_tokens: int) -> str:
     """Markdown: a server with a raw-prompt request (the node's prompt, exactly), the raw-prompt
     CLI, and the chat CLI (the model's chat template, without the pre-started answer)."""
     load = ["-m", base_file, "--lora", adapter_file, *no_repack_flag()]
@@ -28,7 +28,7 @@ def command_lines(base_file: str, adapter_file: str, example_prompt: str, max_ne
     curl = shlex.join(["curl", "-s", "http://127.0.0.1:8080/completion", "-d", request])
     completion = shlex.join(["llama-completion", *load, "-p", example_prompt, "-n", str(max_new_tokens),
                              "--temp", "0", "--repeat-penalty", "1", "-no-cnv"])
-    chat = shlex.join(["llama-cli", *load, "-sys", SYSTEM_PROMPT, "--temp", "0"])
+    chat = shlex.join(["llama-cli", *load, "-sys", system_prompt, "--temp", "0"])
     amx = ("`--no-repack` is there because the exporting machine's CPU has AMX, whose repacked weights crash some "
            "llama.cpp builds at the first token; keep it on such CPUs, drop it elsewhere for speed."
            if no_repack_flag() else

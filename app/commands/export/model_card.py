@@ -13,7 +13,7 @@ from statistics import fmean
 
 from ...learning.curriculum import Curriculum
 from ...learning.evaluation import EVAL_ITEMS, EVAL_TEMPERATURE
-from ...learning.prompt import SYSTEM_PROMPT
+from ...learning.prompt import PromptFormat
 from ...learning.tasks import load_preset
 from ...metrics import read_records
 from ..checkpoint_choice import TakenCheckpoint
@@ -71,7 +71,7 @@ def model_card(facts: CardFacts) -> str:
         "",
         "## How it is asked",
         "",
-        f"System prompt: `{SYSTEM_PROMPT}`. "
+        f"System prompt: `{PromptFormat(bool(facts.prefill)).system}`. "
         + (f"The reply is pre-started with `{facts.prefill}` and ends at its closing tag; "
            if facts.prefill else "The reply is free text; ")
         + "the model learnt under exactly this prompt and does best with it.",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ....backends.base import ChatPrompt
 from ....backends.chat_template import render
-from ...learning.prompt import STOP, SYSTEM_PROMPT
+from ...learning.prompt import STOP, PromptFormat
 
 _SYSTEM_MARK, _PROMPT_MARK = "\x00system\x00", "\x00prompt\x00"
 
@@ -47,7 +47,7 @@ def modelfile(base_file: str, adapter_file: str, chat_template: str | None, pref
         f"FROM ./{base_file}",
         f"ADAPTER ./{adapter_file}",
         f"TEMPLATE {_triple_quoted(ollama_template(chat_template, prefill))}",
-        f"SYSTEM {_triple_quoted(SYSTEM_PROMPT)}",
+        f"SYSTEM {_triple_quoted(PromptFormat(bool(prefill)).system)}",
         *(f'PARAMETER stop "{stop}"' for stop in STOP),
         "PARAMETER temperature 0",
         "PARAMETER repeat_penalty 1",

@@ -79,20 +79,21 @@ MAX_TAIL_CHARS = 3  # what the token completing `</answer>` may carry after it
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def reply_shape_problem(completion: str, peer: str) -> Rejected | None:
-    """Why a peer's reply (after the prefill) is not one this node's own sampler could have
+def reply_shape_problem(reply: str, peer: str) -> Rejected | None:
+    """Why a peer's whole reply (prefill included) is not one this node's own sampler could have
     written, or None. A local sample ends with the token that completes the first `</answer>`, so
     nothing but the rest of that token can follow it (SmolLM2's `>.`, `>")`, `></`: a few
     characters, no letters or digits); anything else rides on the answer (spam, escape sequences,
-    a second answer) and would be trained on with the answer's reward."""
-    if CONTROL_CHARACTERS.search(completion):
+    a second answer) and would be trained on with the answer's reward. Free text before the first
+    `<answer>` is the reasoning mode's (prefill off), screened by learning/screening.py."""
+    if CONTROL_CHARACTERS.search(reply):
         return Rejected(peer, "a reply with control characters (terminal escapes?)")
-    first_close = completion.find(CLOSE)
-    tail = completion[first_close + len(CLOSE):].strip() if first_close >= 0 else ""
+    first_close = reply.find(CLOSE)
+    tail = reply[first_close + len(CLOSE):].strip() if first_close >= 0 else ""
     if len(tail) > MAX_TAIL_CHARS or any(ch.isalnum() for ch in tail):
         return Rejected(peer, "a reply with text after its closing </answer>")
-    last_open = completion.rfind(OPEN)
-    if last_open >= 0 and completion[:last_open].replace(OPEN, "").strip():
+    first_open, last_open = reply.find(OPEN), reply.rfind(OPEN)
+    if last_open > first_open and reply[first_open:last_open].replace(OPEN, "").strip():
         # Honest policies may write this, but the scorer would grade only what follows the last
         # tag while training pushes up everything before it: the reply is dropped (not blamed).
         return Rejected(peer, "a reply with text before a second <answer> tag", blame=False)
@@ -126,7 +127,7 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
             completion_text = wc.text[len(prefill) :]
         else:
             continue  # written without the prefill our prompt puts in front of it: not this policy's action
-        if refused := reply_shape_problem(completion_text, peer):
+        if refused := reply_shape_problem(ctx.prompt.whole_reply(completion_text), peer):
             if refused.blame:
                 return refused  # the whole group: no honest sampler writes this, it came to carry it
             continue  # an honest policy may write it; it is just not trained on
