@@ -83,6 +83,20 @@ def test_reasoning_before_the_answer_is_the_reasoning_modes_shape():
     assert reply_shape_problem("Sure. <answer>4</answer> buy now", PEER).blame
 
 
+def test_a_reasoning_mode_node_admits_a_peers_reasoning(wire_group):
+    group, task = wire_group
+    right = task.entry["answer"]
+    reasoning = msgspec.structs.replace(group, completions=[
+        WireCompletion(text=f"Adding them up gives {right}. <answer>{right}</answer>", tokens=20, logprob=-9.0),
+        WireCompletion(text="I am not sure. <answer>0</answer>", tokens=12, logprob=-9.0)] * 2)
+    ctx = IntakeContext.for_sampler(FakeBackend(), "smollm2-135m", prompt=PromptFormat(prefill_answer=False),
+                                    format_bonus=0.5, max_new_tokens=64, group_size=4)
+    admitted = admit_group(reasoning, PEER, ctx, "smollm2-135m")
+    assert not isinstance(admitted, Rejected), admitted
+    assert [c.strict for c in admitted.completions] == [1.0, 0.0, 1.0, 0.0]
+    assert admitted.completions[0].text.startswith("Adding them up")  # no prefill to take off
+
+
 def test_a_peer_on_the_same_model_cannot_send_longer_replies_than_this_node_samples(wire_group):
     group, task = wire_group
     right = task.entry["answer"]
