@@ -48,6 +48,19 @@ def test_generation_logprobs_agree_with_the_training_forward(mlx_backend):
     assert gap < 1e-3, gap
 
 
+def test_surprise_is_the_surprisal_beyond_the_policys_entropy_on_mlx(mlx_backend):
+    """token_surprise (learning/screening.py) as the torch trainer's: -log pi - surprise = H, between
+    0 and log(vocabulary), and an entropy, not a copy of the surprisal."""
+    import math
+
+    result = mlx_backend.generate(prompts(), 2, SamplingParams(max_new_tokens=5, temperature=1.0, stop=(CLOSE,), seed=4))
+    samples = samples_from(result)
+    logprobs, surprise = mlx_backend.token_logprobs(samples), mlx_backend.token_surprise(samples)
+    entropies = [-lp - s for lps, ss in zip(logprobs, surprise) for lp, s in zip(lps, ss)]
+    assert entropies and all(-1e-3 <= h <= math.log(150_000) for h in entropies)
+    assert max(entropies) > 0.1
+
+
 def test_a_lora_step_and_the_adapter_moves_to_torch_and_back(mlx_backend, tmp_path):
     from swarmling.backends.torch_lora import TorchLoraTrainer
 
