@@ -205,9 +205,12 @@ class MlxBackend(Backend):
         per_row = []
         for row in rows:
             logits, targets = self._row_logits(model, samples, row)
-            logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-            chosen = mx.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
-            per_row.append(-chosen + (mx.exp(logp) * logp).sum(axis=-1) if surprise else chosen)
+            if surprise:  # the whole distribution, for its entropy: only here, not in the training pass
+                logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+                chosen = mx.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
+                per_row.append(-chosen + (mx.exp(logp) * logp).sum(axis=-1))
+            else:
+                per_row.append(mx.take_along_axis(logits, targets[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1))
         return mx.concatenate(per_row)
 
     def _row_logits(self, model, samples: Sequence[TrainSample], row: Row) -> tuple[mx.array, mx.array]:

@@ -47,19 +47,19 @@ def export_command(config: Config, paths: Paths, out: Path, checkpoint: Path | N
     out = Path(out).expanduser().resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise NodeError(f"{out} already exists and is not an empty folder: name a new one")
-    prefill = PromptFormat(config.reward.prefill_answer).prefill
+    form = PromptFormat(config.reward.prefill_answer)
     max_new = reply_tokens(config, load_preset(config.round.preset))
     with atomic_folder(out, fsync=True, prefix=f".{out.name}.export-") as folder:
         _as_if_made_by_mkdir(folder)
         taken = take_checkpoint(paths.checkpoints, checkpoint, best, model.name, folder / SNAPSHOT)
         heading = f"{model.name} after {taken.round} swarmling rounds"
         if fmt == "gguf":
-            usage = write_gguf_files(folder, taken, model.gguf, prefill, max_new, heading).usage(
-                prefill, max_new, _ollama_name(model.name, taken.round))
+            usage = write_gguf_files(folder, taken, model.gguf, form, max_new, heading).usage(
+                form, max_new, _ollama_name(model.name, taken.round))
         else:
             write_hf_files(folder, taken, _hf_base(model, paths), _chat_template(model), max_new)
-            usage = _hf_usage(out, prefill, max_new)
-        facts = CardFacts(model.name, _description(model), _licence(model), taken, fmt, prefill, usage)
+            usage = _hf_usage(out, form, max_new)
+        facts = CardFacts(model.name, _description(model), _licence(model), taken, fmt, form, usage)
         (folder / "README.md").write_text(model_card(facts), encoding="utf-8")
         shutil.rmtree(folder / SNAPSHOT)
         files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
@@ -106,17 +106,17 @@ def _description(model: ResolvedModel) -> str:
     return SHIPPED[model.name].description if model.name in SHIPPED else model.source
 
 
-def _hf_usage(out: Path, prefill: str, max_new_tokens: int) -> str:
+def _hf_usage(out: Path, form: PromptFormat, max_new_tokens: int) -> str:
     return "\n".join([
         "With transformers (the folder is a plain model: no peft, no swarmling):", "",
         "```python",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         f"model = AutoModelForCausalLM.from_pretrained({str(out)!r})",
         f"tokenizer = AutoTokenizer.from_pretrained({str(out)!r})",
-        f"messages = [{{'role': 'system', 'content': {PromptFormat(bool(prefill)).system!r}}},",
+        f"messages = [{{'role': 'system', 'content': {form.system!r}}},",
         "            {'role': 'user', 'content': 'What is 17 + 25?'}]",
         "prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)"
-        + (f" + {prefill!r}" if prefill else ""),
+        + (f" + {form.prefill!r}" if form.prefill else ""),
         "ids = tokenizer(prompt, return_tensors='pt', add_special_tokens=False).input_ids",
         f"reply = model.generate(ids, max_new_tokens={max_new_tokens}, do_sample=False, "
         f"stop_strings=['</answer>'], tokenizer=tokenizer)",

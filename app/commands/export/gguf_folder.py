@@ -13,6 +13,7 @@ from pathlib import Path
 from ....backends.gguf_lora import peft_adapter_as_gguf
 from ....backends.llama_cpp_generator import LlamaCppError, LlamaCppGenerator
 from ...errors import NodeError
+from ...learning.prompt import PromptFormat
 from ..checkpoint_choice import TakenCheckpoint
 from .llama_cpp_lines import EXAMPLE_QUESTION, command_lines
 from .modelfile import modelfile
@@ -26,12 +27,11 @@ class GgufExport:
     base_file: str
     chat_template: str | None
 
-    def usage(self, prefill: str, max_new_tokens: int, ollama_name: str) -> str:
+    def usage(self, form: PromptFormat, max_new_tokens: int, ollama_name: str) -> str:
         """Markdown for the model card: Ollama, then llama.cpp."""
         from ....backends.chat_template import render
-        from ...learning.prompt import PromptFormat
 
-        example = render(PromptFormat(bool(prefill)).prompt(EXAMPLE_QUESTION), self.chat_template)
+        example = render(form.prompt(EXAMPLE_QUESTION), self.chat_template)
         return "\n".join([
             "With [Ollama](https://ollama.com) (the Modelfile asks as the node does: its system prompt, the "
             "pre-started `<answer>`, greedy decoding, stopping at `</answer>`):", "",
@@ -39,11 +39,11 @@ class GgufExport:
             "```", "",
             "With [llama.cpp](https://github.com/ggml-org/llama.cpp) (any recent build; the adapter is applied at "
             "load, the base stays as shipped):", "",
-            command_lines(self.base_file, ADAPTER_FILE, example, PromptFormat(bool(prefill)).system, max_new_tokens),
+            command_lines(self.base_file, ADAPTER_FILE, example, form.system, max_new_tokens),
         ])
 
 
-def write_gguf_files(folder: Path, taken: TakenCheckpoint, base_gguf: Path, prefill: str, max_new_tokens: int,
+def write_gguf_files(folder: Path, taken: TakenCheckpoint, base_gguf: Path, form: PromptFormat, max_new_tokens: int,
                      heading: str) -> GgufExport:
     shutil.copyfile(base_gguf, folder / base_gguf.name)
     try:
@@ -52,7 +52,7 @@ def write_gguf_files(folder: Path, taken: TakenCheckpoint, base_gguf: Path, pref
         raise NodeError(f"{taken.source}'s adapter cannot be written for llama.cpp ({exc}): try --format hf") from None
     chat_template = _check_pair(folder / base_gguf.name, folder / ADAPTER_FILE)
     (folder / MODELFILE).write_text(
-        modelfile(base_gguf.name, ADAPTER_FILE, chat_template, prefill, max_new_tokens, heading), encoding="utf-8")
+        modelfile(base_gguf.name, ADAPTER_FILE, chat_template, form, max_new_tokens, heading), encoding="utf-8")
     return GgufExport(base_gguf.name, chat_template)
 
 

@@ -26,7 +26,7 @@ class CardFacts:
     licence: str | None
     taken: TakenCheckpoint
     format: str
-    prefill: str
+    form: PromptFormat  # how the node asked: its system prompt and any pre-started answer
     usage: str  # Markdown: the format's own instructions
 
 
@@ -71,9 +71,9 @@ def model_card(facts: CardFacts) -> str:
         "",
         "## How it is asked",
         "",
-        f"System prompt: `{PromptFormat(bool(facts.prefill)).system}`. "
-        + (f"The reply is pre-started with `{facts.prefill}` and ends at its closing tag; "
-           if facts.prefill else "The reply is free text; ")
+        f"System prompt: `{facts.form.system}`. "
+        + (f"The reply is pre-started with `{facts.form.prefill}` and ends at its closing tag; "
+           if facts.form.prefill else "The reply is free text; ")
         + "the model learnt under exactly this prompt and does best with it.",
         "",
         "## Use it",

@@ -37,7 +37,7 @@ def _triple_quoted(text: str) -> str:
     return f'"""{text}"""'
 
 
-def modelfile(base_file: str, adapter_file: str, chat_template: str | None, prefill: str, max_new_tokens: int,
+def modelfile(base_file: str, adapter_file: str, chat_template: str | None, form: PromptFormat, max_new_tokens: int,
               heading: str) -> str:
     """The Modelfile's text: FROM the base GGUF, ADAPTER the LoRA, the node's prompt and its
     decoding (greedy, where the evaluation decodes at temperature 0.01 only because its sampler
@@ -46,8 +46,8 @@ def modelfile(base_file: str, adapter_file: str, chat_template: str | None, pref
         f"# {heading}",
         f"FROM ./{base_file}",
         f"ADAPTER ./{adapter_file}",
-        f"TEMPLATE {_triple_quoted(ollama_template(chat_template, prefill))}",
-        f"SYSTEM {_triple_quoted(PromptFormat(bool(prefill)).system)}",
+        f"TEMPLATE {_triple_quoted(ollama_template(chat_template, form.prefill))}",
+        f"SYSTEM {_triple_quoted(form.system)}",
         *(f'PARAMETER stop "{stop}"' for stop in STOP),
         "PARAMETER temperature 0",
         "PARAMETER repeat_penalty 1",
