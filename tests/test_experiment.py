@@ -76,6 +76,20 @@ def test_a_grid_stopped_midway_resumes_to_what_an_uninterrupted_one_gives(tmp_pa
             assert a["arms"][arm]["seeds"][seed]["curve"] == b["arms"][arm]["seeds"][seed]["curve"]
 
 
+def test_a_kill_between_a_round_and_its_evaluation_leaves_the_evaluation_due_on_resume(tmp_path):
+    home = resolve_paths(tmp_path / "home")
+    o = options(tmp_path / "exp")
+    assert run_experiment(o, home, build=fake, progress=lambda s: None)
+    whole = summarise(o)
+    log = o.run_dir(SMALL.arm("sharing"), 50) / "node-1" / "evals.jsonl"
+    lines = log.read_text().splitlines()
+    assert json.loads(lines[-1])["round"] == 4
+    log.write_text("\n".join(lines[:-1]) + "\n")  # the node trained round 4, then the process died
+    assert "50" not in summarise(o)["arms"]["sharing"]["seeds"]
+    assert run_experiment(o, home, build=fake, progress=lambda s: None)
+    assert summarise(o)["arms"]["sharing"]["seeds"]["50"] == whole["arms"]["sharing"]["seeds"]["50"]
+
+
 def test_statistics_find_a_known_effect_and_not_a_null_one():
     # 8 pairs, a true effect of 2 points, noise of 1 point per pair
     baseline = [0.30, 0.28, 0.33, 0.31, 0.29, 0.32, 0.30, 0.27]

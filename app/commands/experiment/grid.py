@@ -89,11 +89,7 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
     try:
         for node in nodes:
             node.start()
-        for k, node in enumerate(nodes):
-            if node.round == 0 and not logs[k].has(0):  # the base model, measured once per model
-                scores = base.get(node.model.name) or _evaluate(node, design)
-                base[node.model.name] = scores
-                logs[k].add(0, scores)
+        _evaluate_due(nodes, logs, schedule, design, base)  # also what a kill between a round and its evaluation left
         while min(n.round for n in nodes) < options.rounds:
             if deadline is not None and time.monotonic() > deadline:
                 progress(f"experiment: stopped at round {min(n.round for n in nodes)} of {arm.name}, seed {seed} "
@@ -103,10 +99,7 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
             for k in np.random.default_rng([seed, round_no, 7]).permutation(len(nodes)):
                 if nodes[k].round < round_no:  # lockstep: every node does this round before any the next
                     nodes[k].run(1)
-            if round_no in schedule:
-                for k, node in enumerate(nodes):
-                    if not logs[k].has(round_no):
-                        logs[k].add(round_no, _evaluate(node, design))
+            _evaluate_due(nodes, logs, schedule, design, base)
             progress(f"experiment: {design.name} {arm.name} seed {seed}: round {round_no}/{options.rounds}")
         (run_dir / "memory.json").write_text(json.dumps({"nodes": options.nodes,
                                                          "rss_bytes": psutil.Process().memory_info().rss}))
@@ -130,6 +123,19 @@ def node_config(options: ExperimentOptions, arm: Arm, seed: int, k: int) -> Conf
     if options.models:
         cli.append(("model.name", options.models[k % len(options.models)]))
     return load_config(None, environ={}, cli=cli)
+
+
+def _evaluate_due(nodes, logs: list[EvalLog], schedule: list[int], design: Design, base: dict) -> None:
+    """Score every node whose weights are those after a scheduled round not yet logged (the base
+    model, round 0, once per model and shared)."""
+    for node, log in zip(nodes, logs, strict=True):
+        if node.round not in schedule or log.has(node.round):
+            continue
+        if node.round == 0:
+            base[node.model.name] = base.get(node.model.name) or _evaluate(node, design)
+            log.add(0, base[node.model.name])
+        else:
+            log.add(node.round, _evaluate(node, design))
 
 
 def _evaluate(node, design: Design) -> dict[str, float]:
