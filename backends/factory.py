@@ -26,14 +26,19 @@ def build_backend(spec: BackendSpec) -> Backend:
 def _cuda(spec: BackendSpec) -> Backend:
     import torch
 
-    from .cuda import BackendMemoryError, CudaBackend, CudaSettings
-
     if not torch.cuda.is_available():
         raise BackendUnavailable(
             f"backend.kind = 'cuda', but torch {torch.__version__} sees no CUDA device: install a CUDA build of "
             "torch for your driver, or set backend.kind = 'auto'"
         )
-    settings = CudaSettings(_hf_folder(spec), spec.model_name, spec.temperature, "cuda", spec.lora, spec.optim,
+    return torch_backend(spec, "cuda")
+
+
+def torch_backend(spec: BackendSpec, device: str) -> Backend:
+    """The CUDA backend's code on `device` (tests run it on "cpu", in fp32)."""
+    from .cuda import BackendMemoryError, CudaBackend, CudaSettings
+
+    settings = CudaSettings(_hf_folder(spec), spec.model_name, spec.temperature, device, spec.lora, spec.optim,
                             spec.grpo, spec.seed, full=spec.full)
     try:
         return CudaBackend(settings)

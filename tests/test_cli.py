@@ -40,3 +40,11 @@ def test_an_unknown_flag_is_still_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--home", str(tmp_path), "--no-such-flag"])
     assert "--no-such-flag" in capsys.readouterr().err
+
+
+def test_an_experiment_too_short_for_its_burn_in_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "exp"
+    assert main(["--home", str(tmp_path), "experiment", "--design", "rare-success", "--rounds", "12",
+                 "--out", str(out)]) == 1
+    assert "--rounds 12: no evaluation would come after the burn-in (round 10" in capsys.readouterr().err
+    assert not out.exists()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import tarfile
 from dataclasses import replace
 
 import pytest
 from fakes import FakeBackend
 
+from swarmling.app.commands.experiment.archive import pack, unpack
 from swarmling.app.commands.experiment.designs import DESIGNS, Arm
 from swarmling.app.commands.experiment.grid import ExperimentOptions, node_config, run_experiment
 from swarmling.app.commands.experiment.report import plot, summarise, table
@@ -87,7 +89,35 @@ def test_a_kill_between_a_round_and_its_evaluation_leaves_the_evaluation_due_on_
     log.write_text("\n".join(lines[:-1]) + "\n")  # the node trained round 4, then the process died
     assert "50" not in summarise(o)["arms"]["sharing"]["seeds"]
     assert run_experiment(o, home, build=fake, progress=lambda s: None)
-    assert summarise(o)["arms"]["sharing"]["seeds"]["50"] == whole["arms"]["sharing"]["seeds"]["50"]
+    resumed, before = summarise(o)["arms"]["sharing"]["seeds"]["50"], whole["arms"]["sharing"]["seeds"]["50"]
+    assert (resumed["curve"], resumed["primary"]) == (before["curve"], before["primary"])
+
+
+def test_a_grid_carried_to_a_bare_machine_as_its_archive_resumes_to_what_an_uninterrupted_one_gives(tmp_path):
+    home = resolve_paths(tmp_path / "home")
+    whole = options(tmp_path / "whole")
+    assert run_experiment(whole, home, build=fake, progress=lambda s: None)
+    first = options(tmp_path / "first-machine", minutes=1e-9)
+    stops = 0
+    while not run_experiment(first, home, build=fake, progress=lambda s: None):
+        stops += 1  # stopped after a round of the first run, then of the next unfinished one...
+        if summarise(first)["arms"]["alone"]["seeds"]:
+            break  # ...until one run has finished and the next is cut short
+    assert stops and summarise(first)["arms"]["alone"]["seeds"] and not summarise(first)["arms"]["sharing"]["seeds"]
+    archive = tmp_path / "carried" / "results.tar.gz"
+    assert pack(first, archive) > 0
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("evals.jsonl") for n in names) and "base.json" in names
+    assert not any("sharing" in n or "checkpoints" in n or n.endswith(".safetensors") for n in names)
+
+    bare = replace(first, out=tmp_path / "second-machine", minutes=None)
+    assert unpack(archive, bare.out) == len(names)
+    assert run_experiment(bare, home, build=fake, progress=lambda s: None)
+    a, b = summarise(whole), summarise(bare)
+    for arm in a["arms"]:
+        for seed in a["arms"][arm]["seeds"]:
+            assert a["arms"][arm]["seeds"][seed]["curve"] == b["arms"][arm]["seeds"][seed]["curve"]
 
 
 def test_statistics_find_a_known_effect_and_not_a_null_one():

@@ -5,6 +5,7 @@
   grid        running (and resuming) the grid of arms x seeds
   statistics  paired differences, their interval, the smallest detectable effect
   report      summary.json, table.md and the plot
+  archive     the finished runs' results, carried between machines (--archive)
 
 `swarmling sim` runs nodes as separate processes over real libp2p on 127.0.0.1: use it to test
 the network, and this to measure whether sharing helps.
@@ -18,6 +19,7 @@ import os
 from ...config import load_config
 from ...errors import NodeError
 from ...paths import Paths
+from .archive import pack, unpack
 from .designs import DESIGNS
 from .grid import ExperimentOptions, run_experiment
 from .report import plot, summarise, table
@@ -34,12 +36,17 @@ def experiment_command(options: ExperimentOptions, paths: Paths) -> int:
     nice = load_config(None, environ={}).resources.nice
     if nice:
         os.nice(nice)  # once for the whole process (each node's own nice is set to 0)
-    if not run_experiment(options, paths):
-        return 3  # stopped by --minutes: resumable
-    summary = summarise(options)
-    (options.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (options.out / "table.md").write_text(table(summary))
-    plot(summary, options.out)
-    print(table(summary))
-    print(f"experiment: summary.json, table.md and experiment.png / .svg in {options.out}")
-    return 0
+    if options.archive is not None and options.archive.exists():
+        restored = unpack(options.archive, options.out)
+        print(f"experiment: {restored} files of finished runs restored from {options.archive}")
+    finished = run_experiment(options, paths)
+    if finished:
+        summary = summarise(options)
+        (options.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        (options.out / "table.md").write_text(table(summary))
+        plot(summary, options.out)
+        print(table(summary))
+        print(f"experiment: summary.json, table.md and experiment.png / .svg in {options.out}")
+    if options.archive is not None:
+        print(f"experiment: {pack(options, options.archive)} files of finished runs archived in {options.archive}")
+    return 0 if finished else 3  # 3: stopped by --minutes, resumable

@@ -52,6 +52,7 @@ class Design:
     specialists: bool = False  # node k draws its local questions from specialities[k] only
     baseline: str = "alone"
     metric: str = "held-out accuracy"
+    eval_items: int = EXPERIMENT_ITEMS  # held-out items per speciality
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)

@@ -27,7 +27,7 @@ from ...config import Config, load_config
 from ...learning.evaluation import at_level_tasks, score_tasks
 from ...metrics import read_records
 from ...paths import Paths, resolve_paths
-from .designs import EXPERIMENT_ITEMS, Arm, Design
+from .designs import Arm, Design
 from .exchange import InMemoryExchange, peer_id
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12))
@@ -47,6 +47,7 @@ class ExperimentOptions:
     threads: int = 2
     minutes: float | None = None  # stop, resumably, once this long has passed (at a round's end)
     overrides: tuple[tuple[str, object], ...] = ()
+    archive: Path | None = None  # finished runs' results carried between machines (archive.py)
 
     @property
     def seed_values(self) -> range:
@@ -60,19 +61,19 @@ def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[Ba
                    progress: Callable[[str], None] = print) -> bool:
     """Run (or resume) the grid; False when `minutes` ran out first (run the same again to go on)."""
     options.out.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + options.minutes * 60 if options.minutes else None
+    chunk = Chunk(options.minutes)
     base_file = options.out / "base.json"
     base = json.loads(base_file.read_text()) if base_file.exists() else {}
     for seed in options.seed_values:  # seed-major: a stopped grid has whole pairs
         for arm in options.design.arms:
-            if not _run_config(options, arm, seed, paths, build, base, deadline, progress):
+            if not _run_config(options, arm, seed, paths, build, base, chunk, progress):
                 return False
             base_file.write_text(json.dumps(base, indent=1))
     return True
 
 
 def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, build, base: dict,
-                deadline: float | None, progress: Callable[[str], None]) -> bool:
+                chunk: Chunk, progress: Callable[[str], None]) -> bool:
     from ...node.loop import Node
 
     design, run_dir = options.design, options.run_dir(arm, seed)
@@ -80,6 +81,9 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
     schedule = design.eval_rounds(options.rounds)
     if all(log.done(schedule) for log in logs):
         return True
+    if chunk.over():
+        progress(f"experiment: stopped before {arm.name}, seed {seed} (--minutes); run the same command again to go on")
+        return False
     exchange, nodes = InMemoryExchange(), []
     for k in range(options.nodes):
         config = node_config(options, arm, seed, k)
@@ -91,7 +95,7 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
             node.start()
         _evaluate_due(nodes, logs, schedule, design, base)  # also what a kill between a round and its evaluation left
         while min(n.round for n in nodes) < options.rounds:
-            if deadline is not None and time.monotonic() > deadline:
+            if chunk.over():
                 progress(f"experiment: stopped at round {min(n.round for n in nodes)} of {arm.name}, seed {seed} "
                          "(--minutes); run the same command again to go on")
                 return False
@@ -100,6 +104,7 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
                 if nodes[k].round < round_no:  # lockstep: every node does this round before any the next
                     nodes[k].run(1)
             _evaluate_due(nodes, logs, schedule, design, base)
+            chunk.rounds += 1
             progress(f"experiment: {design.name} {arm.name} seed {seed}: round {round_no}/{options.rounds}")
         (run_dir / "memory.json").write_text(json.dumps({"nodes": options.nodes,
                                                          "rss_bytes": psutil.Process().memory_info().rss}))
@@ -107,6 +112,18 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
         for node in nodes:
             node.close()
     return True
+
+
+class Chunk:
+    """`--minutes`: the grid stops at the end of a round once this long has passed, but only after
+    this invocation has run a round (a chunk always moves the grid on, however short)."""
+
+    def __init__(self, minutes: float | None) -> None:
+        self.end = time.monotonic() + minutes * 60 if minutes else None
+        self.rounds = 0
+
+    def over(self) -> bool:
+        return self.end is not None and self.rounds > 0 and time.monotonic() > self.end
 
 
 def node_config(options: ExperimentOptions, arm: Arm, seed: int, k: int) -> Config:
@@ -140,7 +157,7 @@ def _evaluate_due(nodes, logs: list[EvalLog], schedule: list[int], design: Desig
 
 def _evaluate(node, design: Design) -> dict[str, float]:
     """The node's near-greedy held-out accuracy per speciality, on its current weights."""
-    tasks = [t for d, level in design.specialities for t in at_level_tasks(node.preset.name, d, level, EXPERIMENT_ITEMS)]
+    tasks = [t for d, level in design.specialities for t in at_level_tasks(node.preset.name, d, level, design.eval_items)]
     result = score_tasks(node.backend, tasks, node.config.reward.prefill_answer, node.sizing.shape.max_new_tokens)
     return result.per_dataset
 

