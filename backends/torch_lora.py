@@ -8,6 +8,7 @@ checkpointing, so at most one chunk of logits lives at a time, forward or backwa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -48,6 +49,19 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 LOGIT_CHUNK = 512  # completion positions per chunk of logits
+FP32_ATTENTION = "swarmling_sdpa_fp32"  # the attention a bf16 base runs (see _sdpa_in_fp32)
+
+
+def _sdpa_in_fp32(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention on fp32 copies of a bf16 layer's queries, keys and values: on
+    the CPU, torch's bf16 flash-attention backward is ~2.5x slower than its fp32 one (1.2 vs 0.48 s
+    of a default step, profiled), far more than the casts cost; the output goes back to bf16."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    with torch.autocast(query.device.type, enabled=False):
+        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
+                                              **kwargs)
+    return out.to(query.dtype), weights
 
 
 
@@ -79,10 +93,11 @@ class TorchLoraTrainer:
         full: bool = False,
     ) -> None:
         from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM
+        from transformers import AttentionInterface, AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        AttentionInterface.register(FP32_ATTENTION, _sdpa_in_fp32)
         torch.manual_seed(seed)
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)
@@ -126,6 +141,7 @@ class TorchLoraTrainer:
         # The frozen base in bf16, cast once (`bf16_base`); the output head's fp32 copy while it is.
         self._bf16_base = False
         self._head_fp32: torch.Tensor | None = None
+        self._attention = self.config._attn_implementation  # the fp32 base's (restored when bf16 goes off)
         self._checkpointing = False
         self.activation_checkpointing = optim.activation_checkpointing
 
@@ -157,8 +173,8 @@ class TorchLoraTrainer:
         """The frozen base weights in bf16 (the CPU's train.cpu_bf16): cast once, so every matmul
         of the backbone runs in bf16 (several times the fp32 rate where the CPU has AVX-512 BF16
         or AMX, far slower where it has not) on half the memory. The LoRA weights, their gradients
-        and AdamW stay fp32 (peft computes the adapter's branch in its weights' dtype), and so do
-        the output head and the log-probabilities: logits reach ~30, where bf16 steps by 0.125, and
+        and AdamW stay fp32 (their branches compute in bf16: `_lora_input_casts`), attention runs in
+        fp32 (`_sdpa_in_fp32`), and so do the output head and the log-probabilities: logits reach ~30, where bf16 steps by 0.125, and
         the policy ratio, the KL and the sampler gap are differences of these logprobs. Switching
         back to fp32 reloads the base from its folder (a bf16 copy cannot give the fp32 bits back)."""
         return self._bf16_base
@@ -173,7 +189,12 @@ class TorchLoraTrainer:
             self._head_fp32 = self._lm_head.weight.detach().float().clone()
             for _, p in frozen:
                 p.data = p.data.to(torch.bfloat16)
+            self._lora_input_casts(False)
+            self._attention = self.config._attn_implementation
+            self.causal_lm.set_attn_implementation(FP32_ATTENTION)
         else:
+            self._lora_input_casts(True)
+            self.causal_lm.set_attn_implementation(self._attention)
             from safetensors.torch import load_file
 
             saved = {}
@@ -183,6 +204,22 @@ class TorchLoraTrainer:
                 p.data = saved[name.replace(".base_layer", "")].to(device=self.device, dtype=torch.float32)
             self._head_fp32 = None
         self._bf16_base = bool(on)
+
+    def _lora_input_casts(self, on: bool) -> None:
+        """peft casts every activation entering a LoRA branch to the adapter's dtype (fp32): with a
+        bf16 base that is two copies of the activations per adapted layer and pass, and the branch's
+        matmuls in fp32. Off, the backbone runs under bf16 autocast (`_precision`), which casts the
+        small fp32 adapter weights instead, once per pass; their gradients and AdamW stay fp32."""
+        for module in self.model.modules():
+            if hasattr(module, "cast_input_dtype_enabled"):
+                module.cast_input_dtype_enabled = on
+
+    def _precision(self):
+        """The backbone's pass: bf16 autocast with a bf16 base (see `_lora_input_casts`); the head
+        and the log-probabilities run outside it, in fp32."""
+        if self._bf16_base:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     # ---- facts -------------------------------------------------------------------------------
     @property
@@ -244,9 +281,10 @@ class TorchLoraTrainer:
         return -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - entropy
 
     def _logprobs(self, mb: _Microbatch, per_chunk=None) -> torch.Tensor:
-        hidden = self._backbone(
-            input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
-        ).last_hidden_state
+        with self._precision():
+            hidden = self._backbone(
+                input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
+            ).last_hidden_state
         hidden = hidden.reshape(-1, hidden.shape[-1])[mb.scored]
         per_chunk = per_chunk or self._chunk_logprobs
         out = []

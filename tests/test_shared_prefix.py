@@ -152,8 +152,8 @@ def test_shared_prefix_logprobs_and_lora_gradient_match_each_completion_trained_
 @pytest.mark.slow  # loads the model through its own fixture
 def test_a_bf16_base_stays_close_to_fp32_and_leaves_the_trained_weights_fp32(trainer):
     """`bf16_base` (train.cpu_bf16) casts the frozen base to bf16 once: 8 significant bits instead
-    of 24, so per-token logprobs move (a few hundredths of a nat on logprobs of magnitude ~10) and
-    the LoRA gradient keeps its direction; the head, the LoRA weights and their gradients stay fp32.
+    of 24, so per-token logprobs move (a few hundredths of a nat on average) and the LoRA gradient
+    keeps its direction; the head, the LoRA weights and their gradients stay fp32.
     The difference must also be non-zero (otherwise the bf16 path did not run), and switching back
     gives the fp32 logprobs exactly (the base is reloaded, not cast back)."""
     import torch
@@ -168,10 +168,15 @@ def test_a_bf16_base_stays_close_to_fp32_and_leaves_the_trained_weights_fp32(tra
         lp, grad = logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, 4096), weights)
     finally:
         trainer.bf16_base = False
-    err = max(float((a - b).abs().max()) for a, b in zip(fp32_lp, lp))
+    from swarmling.backends.bf16_check import MAX_NATS, MEAN_NATS
+
+    differences = torch.cat([(a - b).abs() for a, b in zip(fp32_lp, lp)])
+    mean, err = float(differences.mean()), float(differences.max())
     cosine = float(torch.dot(grad, fp32_grad) / (grad.norm() * fp32_grad.norm()))
-    print(f"bf16 base vs fp32: max logprob difference {err:.4f} nats, gradient cosine {cosine:.5f}")
-    assert 1e-4 < err < 0.5 and cosine >= 0.99
+    print(f"bf16 base vs fp32: logprob difference mean {mean:.4f}, max {err:.4f} nats, gradient cosine {cosine:.5f}")
+    # Random tokens (logprobs ~ -10) move more than the start-up check's real replies (mean 0.03):
+    # twice its mean tolerance here, its max as it is.
+    assert 1e-4 < mean <= 2 * MEAN_NATS and err <= MAX_NATS and cosine >= 0.99
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in trainer.params)
     back, _ = logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, 4096), weights)
     assert max(float((a - b).abs().max()) for a, b in zip(fp32_lp, back)) == 0.0
