@@ -76,6 +76,10 @@ def test_a_grid_stopped_midway_resumes_to_what_an_uninterrupted_one_gives(tmp_pa
     for arm in a["arms"]:
         for seed in a["arms"][arm]["seeds"]:
             assert a["arms"][arm]["seeds"][seed]["curve"] == b["arms"][arm]["seeds"][seed]["curve"]
+    # the one run cut mid-way is on record (what its peers had sent and it had not used is not resumed)
+    resumed = {(arm, seed): s["resumed_at"] for arm in b["arms"] for seed, s in b["arms"][arm]["seeds"].items()}
+    assert resumed.pop(("alone", "50")) == [1] and not any(resumed.values())
+    assert not any(s["resumed_at"] for arm in a["arms"].values() for s in arm["seeds"].values())
 
 
 def test_a_kill_between_a_round_and_its_evaluation_leaves_the_evaluation_due_on_resume(tmp_path):

@@ -16,7 +16,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from .grid import EVALS_FILE, EvalLog, ExperimentOptions
+from .grid import EVALS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
 
 OUTPUTS = ("base.json", "summary.json", "table.md", "experiment.png", "experiment.svg")
 NODE_FILES = (EVALS_FILE, "state/metrics.jsonl")
@@ -32,7 +32,7 @@ def finished_files(options: ExperimentOptions) -> list[Path]:
             nodes = [run / f"node-{k}" for k in range(options.nodes)]
             if not all(EvalLog(node / EVALS_FILE).done(schedule) for node in nodes):
                 continue
-            wanted = [node / name for node in nodes for name in NODE_FILES] + [run / "memory.json"]
+            wanted = [node / name for node in nodes for name in NODE_FILES] + [run / "memory.json", run / RESUMES_FILE]
             files += [path.relative_to(out) for path in wanted if path.exists()]
     return files
 

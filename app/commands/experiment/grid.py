@@ -32,6 +32,7 @@ from .exchange import InMemoryExchange, peer_id
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12))
 EVALS_FILE = "evals.jsonl"
+RESUMES_FILE = "resumes.jsonl"  # a run resumed mid-way: its nodes' rounds then
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
     try:
         for node in nodes:
             node.start()
+        if 0 < min(n.round for n in nodes) < options.rounds:
+            # The nodes' weights resume exactly; what peers had sent them and they had not yet used
+            # (the in-memory exchange) does not: kept on record, reported with the results.
+            with (run_dir / RESUMES_FILE).open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"round": min(n.round for n in nodes), "nodes": [n.round for n in nodes]}) + "\n")
         _evaluate_due(nodes, logs, schedule, design, base)  # also what a kill between a round and its evaluation left
         while min(n.round for n in nodes) < options.rounds:
             if chunk.over():

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...learning.round_record import RoundRecord
 from ...metrics import read_records
-from .grid import EVALS_FILE, EvalLog, ExperimentOptions
+from .grid import EVALS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
 from .statistics import paired_difference
 
 
@@ -37,6 +37,7 @@ def summarise(options: ExperimentOptions) -> dict:
                 "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
                 "rss_bytes": _memory(run_dir),
+                "resumed_at": [r["round"] for r in read_records(run_dir / RESUMES_FILE)],
             }
         values = [s["primary"] for s in seeds.values()]
         arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
@@ -91,6 +92,11 @@ def table(summary: dict) -> str:
         cost = f"{seconds:.1f} ({seconds / base_s:.2f}x)" if seconds and base_s else "-"
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} |")
+    resumed = [f"{name} seed {seed} at round {', '.join(map(str, run['resumed_at']))}"
+               for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items() if run.get("resumed_at")]
+    if resumed:
+        lines += ["", f"Resumed mid-run (weights exact; groups peers had sent and the node had not used lost): "
+                      f"{'; '.join(resumed)}."]
     return "\n".join(lines) + "\n"
 
 
