@@ -15,6 +15,26 @@ from .config import Config, ConfigError, describe_config, describe_keys, load_co
 from .paths import Paths, resolve_paths
 
 
+def _positive_minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _not_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -106,9 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--seeds", type=_positive, help="seeds, i.e. pairs (default: the design's)")
     exp.add_argument("--seed-offset", type=int, default=0, help="the first seed (default 0): new seeds for new runs")
     exp.add_argument("--models", default="", help="comma-separated models, round-robin over the nodes (default: the configured one)")
-    exp.add_argument("--burn-in", type=int, metavar="R", help="count the evaluations after round R (default: the design's)")
+    exp.add_argument("--burn-in", type=_not_negative, metavar="R", help="count the evaluations after round R (default: the design's)")
     exp.add_argument("--eval-every", type=_positive, metavar="R", help="evaluate every R rounds (default: the design's)")
-    exp.add_argument("--minutes", type=float, help="stop after this long (at a round's end); the same command resumes")
+    exp.add_argument("--minutes", type=_positive_minutes,
+                     help="stop after this long (at a round's end); the same command resumes")
     exp.add_argument("--out", type=Path, default=Path("swarmling-experiment"), help="results folder; run again to resume")
     exp.add_argument("--tiny", action="store_true", help="tiny rounds (smoke runs)")
     exp.add_argument("--archive", type=Path, metavar="FILE",

@@ -94,10 +94,12 @@ class TorchLoraTrainer:
     ) -> None:
         from peft import LoraConfig, get_peft_model
         from transformers import AttentionInterface, AutoModelForCausalLM
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         AttentionInterface.register(FP32_ATTENTION, _sdpa_in_fp32)
+        AttentionMaskInterface.register(FP32_ATTENTION, sdpa_mask)  # the masks SDPA takes (2D masks too)
         torch.manual_seed(seed)
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)

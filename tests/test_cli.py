@@ -44,7 +44,14 @@ def test_an_unknown_flag_is_still_refused(tmp_path, capsys):
 
 def test_an_experiment_too_short_for_its_burn_in_is_refused_before_any_work(tmp_path, capsys):
     out = tmp_path / "exp"
-    assert main(["--home", str(tmp_path), "experiment", "--design", "rare-success", "--rounds", "12",
+    assert main(["--home", str(tmp_path), "experiment", "--design", "rare-success", "--rounds", "10",
                  "--out", str(out)]) == 1
-    assert "--rounds 12: no evaluation would come after the burn-in (round 10" in capsys.readouterr().err
+    assert "--rounds 10: no evaluation would come after the burn-in (round 10" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", [["--burn-in", "-1"], ["--minutes", "0"], ["--minutes", "soon"]])
+def test_an_experiment_flag_out_of_range_is_refused(tmp_path, capsys, flag):
+    with pytest.raises(SystemExit):
+        main(["--home", str(tmp_path), "experiment", *flag])
+    assert flag[0] in capsys.readouterr().err

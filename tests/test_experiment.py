@@ -14,9 +14,11 @@ from fakes import FakeBackend
 
 from swarmling.app.commands.experiment.archive import pack, unpack
 from swarmling.app.commands.experiment.designs import DESIGNS, Arm
-from swarmling.app.commands.experiment.grid import ExperimentOptions, node_config, run_experiment
+from swarmling.app.commands.experiment.grid import Chunk, ExperimentOptions, node_config, run_experiment
 from swarmling.app.commands.experiment.report import plot, summarise, table
 from swarmling.app.commands.experiment.statistics import detectable_effect, paired_difference, t_quantile
+from swarmling.app.errors import NodeError
+from swarmling.app.metrics import read_records
 from swarmling.app.paths import resolve_paths
 
 SMALL = replace(DESIGNS["specialists"], nodes=2, rounds=4, seeds=2, burn_in=1, eval_every=2)
@@ -65,21 +67,49 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
 
 
-def test_a_grid_stopped_midway_resumes_to_what_an_uninterrupted_one_gives(tmp_path):
+def test_a_grid_stopped_after_every_round_resumes_to_what_an_uninterrupted_one_gives(tmp_path):
     home = resolve_paths(tmp_path / "home")
     whole = options(tmp_path / "whole")
     assert run_experiment(whole, home, build=fake, progress=lambda s: None)
-    parts = options(tmp_path / "parts", minutes=1e-9)
-    assert not run_experiment(parts, home, build=fake, progress=lambda s: None)  # stopped after a round
-    assert run_experiment(replace(parts, minutes=None), home, build=fake, progress=lambda s: None)
+    parts, stops = options(tmp_path / "parts", minutes=1e-9), 0
+    while not run_experiment(parts, home, build=fake, progress=lambda s: None):
+        stops += 1  # each invocation runs one round, then stops
+    assert stops >= 2 * 3 * SMALL.rounds - 1
     a, b = summarise(whole), summarise(parts)
     for arm in a["arms"]:
         for seed in a["arms"][arm]["seeds"]:
             assert a["arms"][arm]["seeds"][seed]["curve"] == b["arms"][arm]["seeds"][seed]["curve"]
-    # the one run cut mid-way is on record (what its peers had sent and it had not used is not resumed)
-    resumed = {(arm, seed): s["resumed_at"] for arm in b["arms"] for seed, s in b["arms"][arm]["seeds"].items()}
-    assert resumed.pop(("alone", "50")) == [1] and not any(resumed.values())
+            for k in range(parts.nodes):  # and every node saw and trained on the same peers' groups
+                assert exchange_figures(whole, arm, int(seed), k) == exchange_figures(parts, arm, int(seed), k)
+    assert any(f[1] for f in exchange_figures(whole, "sharing", 50, 0))  # there was something to carry over
     assert not any(s["resumed_at"] for arm in a["arms"].values() for s in arm["seeds"].values())
+
+
+def exchange_figures(o, arm: str, seed: int, k: int) -> list[tuple]:
+    path = o.run_dir(SMALL.arm(arm), seed) / f"node-{k}" / "state" / "metrics.jsonl"
+    return [(r["round"], r["external_available"], r["external_groups"], r["external_advantage_share"])
+            for r in read_records(path)]
+
+
+def test_a_grid_refuses_to_go_on_under_another_plan_and_records_its_code(tmp_path):
+    home = resolve_paths(tmp_path / "home")
+    o = options(tmp_path / "exp", minutes=1e-9)
+    assert not run_experiment(o, home, build=fake, progress=lambda s: None)
+    with pytest.raises(NodeError, match="rounds"):
+        run_experiment(replace(o, rounds=6), home, build=fake, progress=lambda s: None)
+    assert not run_experiment(replace(o, seeds=3), home, build=fake, progress=lambda s: None)  # more seeds: fine
+    started = [json.loads(line) for line in (o.out / "invocations.jsonl").read_text().splitlines()]
+    assert len(started) == 2 and started[-1]["seeds"] == [50, 51, 52]  # the refused one left no trace
+    assert started[0]["revision"] is None or len(started[0]["revision"].rstrip("+")) == 40
+
+
+def test_a_chunk_starts_no_run_the_last_one_says_would_not_finish():
+    chunk = Chunk(minutes=1)
+    assert not chunk.no_time_for_a_run()  # nothing run yet: a chunk always moves the grid on
+    chunk.rounds, chunk.last_run_s = 5, 10.0
+    assert not chunk.no_time_for_a_run()
+    chunk.last_run_s = 120.0
+    assert chunk.no_time_for_a_run() and not chunk.over()
 
 
 def test_a_kill_between_a_round_and_its_evaluation_leaves_the_evaluation_due_on_resume(tmp_path):
@@ -108,6 +138,8 @@ def test_a_grid_carried_to_a_bare_machine_as_its_archive_resumes_to_what_an_unin
         if summarise(first)["arms"]["alone"]["seeds"]:
             break  # ...until one run has finished and the next is cut short
     assert stops and summarise(first)["arms"]["alone"]["seeds"] and not summarise(first)["arms"]["sharing"]["seeds"]
+    assert not run_experiment(first, home, build=fake, progress=lambda s: None)  # the next run, cut short
+    assert (first.run_dir(SMALL.arm("sharing"), 50) / "node-0" / "evals.jsonl").exists()
     archive = tmp_path / "carried" / "results.tar.gz"
     assert pack(first, archive) > 0
     with tarfile.open(archive) as tar:
@@ -134,6 +166,11 @@ def test_statistics_find_a_known_effect_and_not_a_null_one():
     assert null.low < 0 < null.high and not null.excludes_zero
     assert math.isclose(effect.detectable, detectable_effect(8) * effect.sd)
     assert round(t_quantile(0.975, 4), 3) == 2.776 and round(detectable_effect(5), 2) == 1.66
+
+
+def test_the_last_round_is_evaluated_whatever_the_spacing():
+    design = replace(SMALL, eval_every=2)
+    assert design.eval_rounds(4) == [0, 2, 4] and design.eval_rounds(5) == [0, 2, 4, 5]
 
 
 @pytest.mark.parametrize("name", list(DESIGNS))

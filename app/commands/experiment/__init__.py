@@ -39,7 +39,11 @@ def experiment_command(options: ExperimentOptions, paths: Paths) -> int:
     if options.archive is not None and options.archive.exists():
         restored = unpack(options.archive, options.out)
         print(f"experiment: {restored} files of finished runs restored from {options.archive}")
-    finished = run_experiment(options, paths)
+    carry = (lambda: pack(options, options.archive)) if options.archive is not None else (lambda: None)
+    try:
+        finished = run_experiment(options, paths, finished=carry)  # carried after each finished run too
+    finally:
+        carry()
     if finished:
         summary = summarise(options)
         (options.out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .grid import EVALS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
 
-OUTPUTS = ("base.json", "summary.json", "table.md", "experiment.png", "experiment.svg")
+OUTPUTS = ("base.json", "plan.json", "invocations.jsonl", "summary.json", "table.md", "experiment.png", "experiment.svg")
 NODE_FILES = (EVALS_FILE, "state/metrics.jsonl")
 
 

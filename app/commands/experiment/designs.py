@@ -74,9 +74,10 @@ class Design:
         return fmean(per_dataset[d] for d in datasets)
 
     def eval_rounds(self, rounds: int | None = None) -> list[int]:
-        """The rounds after which every node is evaluated (0: the base model, shared)."""
+        """The rounds after which every node is evaluated (0: the base model, shared), the last
+        round always among them."""
         rounds = rounds or self.rounds
-        return [0, *range(self.eval_every, rounds + 1, self.eval_every)]
+        return sorted({0, *range(self.eval_every, rounds + 1, self.eval_every), rounds})
 
     def counted(self, round_no: int) -> bool:
         return round_no > self.burn_in

@@ -1,12 +1,16 @@
 """The experiment's network: a node's shared groups go to every other node's inbox at once, in the
 same wire encoding the swarm uses, where the usual verification runs (decode, regenerate, re-score,
-zero-advantage filter, per-peer cap, freshness)."""
+zero-advantage filter, per-peer cap, freshness). What the inboxes hold is saved when a run stops
+at a round's end and restored when it goes on, so a run in chunks trains on what it would have."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from ...config import Config
 from ...events import Listener
@@ -15,6 +19,7 @@ from ...paths import Paths
 from ...swarm.facade import OfflineSwarm, SwarmOpener
 from ...swarm.verification.wire import bundle_from_groups, encode_bundle
 
+INBOX_FILE = "inbox.json"  # a stopped run's inbox, in the node's folder
 BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 
@@ -37,6 +42,26 @@ class InMemoryExchange:
             return joined
 
         return connect
+
+    def save(self, folders: Sequence[Path]) -> None:
+        """Each member's inbox (in joining order, one folder per member), written atomically."""
+        for member, folder in zip(self.members, folders, strict=True):
+            path = folder / INBOX_FILE
+            partial = path.with_name(path.name + ".partial")
+            partial.write_text(json.dumps(member.inbox.snapshot()))
+            os.replace(partial, path)
+
+    def restore(self, folders: Sequence[Path]) -> bool:
+        """Give each member the inbox saved in its folder, consumed (a second resume from the same
+        file would offer used groups again); True when every member had one."""
+        restored = 0
+        for member, folder in zip(self.members, folders, strict=True):
+            path = folder / INBOX_FILE
+            if path.exists():
+                member.inbox.restore(json.loads(path.read_text()))
+                path.unlink()
+                restored += 1
+        return restored == len(self.members)
 
     def publish(self, sender: ExchangeMember, data: bytes) -> None:
         self.bundles += 1

@@ -24,6 +24,7 @@ from ....backends.base import Backend
 from ....backends.factory import build_backend
 from ....backends.settings import BackendSpec
 from ...config import Config, load_config
+from ...errors import NodeError
 from ...learning.evaluation import at_level_tasks, score_tasks
 from ...metrics import read_records
 from ...paths import Paths, resolve_paths
@@ -32,7 +33,9 @@ from .exchange import InMemoryExchange, peer_id
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12))
 EVALS_FILE = "evals.jsonl"
-RESUMES_FILE = "resumes.jsonl"  # a run resumed mid-way: its nodes' rounds then
+PLAN_FILE = "plan.json"  # what every invocation of a grid must agree on
+INVOCATIONS_FILE = "invocations.jsonl"  # when each invocation started, on which code
+RESUMES_FILE = "resumes.jsonl"  # a run resumed mid-way: its nodes' rounds then, its inboxes restored or not
 
 
 @dataclass(frozen=True)
@@ -59,17 +62,26 @@ class ExperimentOptions:
 
 
 def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[BackendSpec], Backend] = build_backend,
-                   progress: Callable[[str], None] = print) -> bool:
-    """Run (or resume) the grid; False when `minutes` ran out first (run the same again to go on)."""
+                   progress: Callable[[str], None] = print, finished: Callable[[], None] = lambda: None) -> bool:
+    """Run (or resume) the grid; False when `minutes` ran out first (run the same again to go on).
+    `finished` is called after each (arm, seed) run that is complete."""
     options.out.mkdir(parents=True, exist_ok=True)
+    _same_plan(options)
+    with (options.out / INVOCATIONS_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": source_revision(),
+                            "seeds": list(options.seed_values)}) + "\n")
     chunk = Chunk(options.minutes)
     base_file = options.out / "base.json"
     base = json.loads(base_file.read_text()) if base_file.exists() else {}
     for seed in options.seed_values:  # seed-major: a stopped grid has whole pairs
         for arm in options.design.arms:
+            started, rounds_before = time.monotonic(), chunk.rounds
             if not _run_config(options, arm, seed, paths, build, base, chunk, progress):
                 return False
+            if chunk.rounds > rounds_before:  # a run already complete took no time worth counting
+                chunk.last_run_s = time.monotonic() - started
             base_file.write_text(json.dumps(base, indent=1))
+            finished()
     return True
 
 
@@ -82,7 +94,7 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
     schedule = design.eval_rounds(options.rounds)
     if all(log.done(schedule) for log in logs):
         return True
-    if chunk.over():
+    if chunk.no_time_for_a_run():
         progress(f"experiment: stopped before {arm.name}, seed {seed} (--minutes); run the same command again to go on")
         return False
     exchange, nodes = InMemoryExchange(), []
@@ -94,14 +106,18 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
     try:
         for node in nodes:
             node.start()
+        folders = [run_dir / f"node-{k}" for k in range(options.nodes)]
+        inboxes = exchange.restore(folders)
         if 0 < min(n.round for n in nodes) < options.rounds:
-            # The nodes' weights resume exactly; what peers had sent them and they had not yet used
-            # (the in-memory exchange) does not: kept on record, reported with the results.
+            # Weights and waiting groups resume exactly; the inboxes only after a stop at a round's
+            # end (saved below), not after a kill: on record, and reported with the results.
             with (run_dir / RESUMES_FILE).open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"round": min(n.round for n in nodes), "nodes": [n.round for n in nodes]}) + "\n")
+                f.write(json.dumps({"round": min(n.round for n in nodes), "nodes": [n.round for n in nodes],
+                                    "inboxes": inboxes}) + "\n")
         _evaluate_due(nodes, logs, schedule, design, base)  # also what a kill between a round and its evaluation left
         while min(n.round for n in nodes) < options.rounds:
             if chunk.over():
+                exchange.save(folders)
                 progress(f"experiment: stopped at round {min(n.round for n in nodes)} of {arm.name}, seed {seed} "
                          "(--minutes); run the same command again to go on")
                 return False
@@ -120,16 +136,56 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
     return True
 
 
+def _same_plan(options: ExperimentOptions) -> None:
+    """The grid's plan is written by its first invocation and every later one must match it (more
+    seeds may be added): a changed plan would leave runs that never complete, or mix two analyses."""
+    design = options.design
+    plan = json.loads(json.dumps({
+        "design": design.name, "nodes": options.nodes, "rounds": options.rounds, "burn_in": design.burn_in,
+        "eval_every": design.eval_every, "eval_items": design.eval_items, "models": options.models,
+        "tiny": options.tiny, "overrides": options.overrides}, default=list))
+    path = options.out / PLAN_FILE
+    if not path.exists():
+        path.write_text(json.dumps(plan, indent=1))
+        return
+    saved = json.loads(path.read_text())
+    changed = sorted(k for k in plan.keys() | saved.keys() if plan.get(k) != saved.get(k))
+    if changed:
+        raise NodeError(f"{options.out} holds a grid planned with other {', '.join(changed)} ({PLAN_FILE}): give the "
+                        "flags it was started with, or another --out")
+
+
+def source_revision() -> str | None:
+    """The git commit of the code that runs, where it runs from a checkout (with '+' if changed)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") if head.returncode == 0 else None
+
+
 class Chunk:
     """`--minutes`: the grid stops at the end of a round once this long has passed, but only after
-    this invocation has run a round (a chunk always moves the grid on, however short)."""
+    this invocation has run a round; and it starts no new (arm, seed) run that the last one's
+    length says would not finish in time. A run stopped mid-way goes on where it was on this
+    machine (weights, waiting groups, inboxes); on a machine that starts bare it starts again."""
 
     def __init__(self, minutes: float | None) -> None:
-        self.end = time.monotonic() + minutes * 60 if minutes else None
+        self.end = time.monotonic() + minutes * 60 if minutes is not None else None
         self.rounds = 0
+        self.last_run_s = 0.0  # the last whole run in this invocation (0: none yet)
 
     def over(self) -> bool:
         return self.end is not None and self.rounds > 0 and time.monotonic() > self.end
+
+    def no_time_for_a_run(self) -> bool:
+        return self.over() or (self.end is not None and self.rounds > 0
+                               and time.monotonic() + self.last_run_s > self.end)
 
 
 def node_config(options: ExperimentOptions, arm: Arm, seed: int, k: int) -> Config:

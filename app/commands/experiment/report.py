@@ -4,6 +4,7 @@ evaluations after the burn-in), paired by seed against the baseline arm, in `sum
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 
 from ...learning.round_record import RoundRecord
 from ...metrics import read_records
-from .grid import EVALS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
+from .grid import EVALS_FILE, INVOCATIONS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
 from .statistics import paired_difference
 
 
@@ -37,7 +38,9 @@ def summarise(options: ExperimentOptions) -> dict:
                 "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
                 "rss_bytes": _memory(run_dir),
-                "resumed_at": [r["round"] for r in read_records(run_dir / RESUMES_FILE)],
+                # resumed mid-way without what its peers had sent (a kill, not a stop): sharing arms only
+                "resumed_at": [r["round"] for r in read_records(run_dir / RESUMES_FILE)
+                               if arm.external and not r.get("inboxes")],
             }
         values = [s["primary"] for s in seeds.values()]
         arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
@@ -51,7 +54,10 @@ def summarise(options: ExperimentOptions) -> dict:
             diff = paired_difference([arm["seeds"][s]["primary"] for s in paired],
                                      [baseline[s]["primary"] for s in paired])
             comparisons[name] = asdict(diff) | {"seeds": paired}
-    return {"design": design.name, "metric": design.metric, "baseline": design.baseline, "nodes": options.nodes,
+    invocations = options.out / INVOCATIONS_FILE
+    revisions = sorted({json.loads(line).get("revision") or "unknown" for line in invocations.read_text().splitlines()
+                        if line.strip()}) if invocations.exists() else []
+    return {"revisions": revisions, "design": design.name, "metric": design.metric, "baseline": design.baseline, "nodes": options.nodes,
             "rounds": options.rounds, "seeds": list(options.seed_values), "burn_in": design.burn_in,
             "eval_rounds": design.eval_rounds(options.rounds), "models": list(options.models),
             "specialities": [list(s) for s in design.specialities], "arms": arms, "comparisons": comparisons}
@@ -63,8 +69,6 @@ def _mean(values) -> float | None:
 
 
 def _memory(run_dir: Path) -> int | None:
-    import json
-
     path = run_dir / "memory.json"
     return json.loads(path.read_text())["rss_bytes"] if path.exists() else None
 
@@ -94,8 +98,10 @@ def table(summary: dict) -> str:
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} |")
     resumed = [f"{name} seed {seed} at round {', '.join(map(str, run['resumed_at']))}"
                for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items() if run.get("resumed_at")]
+    if len(summary.get("revisions", [])) > 1:
+        lines += ["", f"Ran on more than one code revision: {', '.join(summary['revisions'])} (invocations.jsonl)."]
     if resumed:
-        lines += ["", f"Resumed mid-run (weights exact; groups peers had sent and the node had not used lost): "
+        lines += ["", f"Resumed after a kill (weights exact; groups peers had sent and the node had not used lost): "
                       f"{'; '.join(resumed)}."]
     return "\n".join(lines) + "\n"
 

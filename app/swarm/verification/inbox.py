@@ -8,6 +8,7 @@ refusal is counted and its reason kept for the log; nothing a peer sends can rai
 
 from __future__ import annotations
 
+import base64
 import queue
 from dataclasses import dataclass, field
 
@@ -49,6 +50,24 @@ class Inbox:
         except queue.Full:
             self._overflow += 1
             return False
+
+    def snapshot(self) -> dict:
+        """What it holds, as JSON data: bundles not yet verified and the pool (GroupPool.snapshot).
+        For a process that stops and must go on exactly where it was (the experiment's chunks)."""
+        pending = []
+        while True:
+            try:
+                pending.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        for item in pending:
+            self._queue.put_nowait(item)  # left as it was
+        return {"pending": [[peer, base64.b64encode(data).decode()] for peer, data in pending], **self.pool.snapshot()}
+
+    def restore(self, state: dict) -> None:
+        for peer, data in state["pending"]:
+            self.offer(peer, base64.b64decode(data))
+        self.pool.restore(state)
 
     def drain(self, ctx: IntakeContext, round_no: int = 0) -> DrainReport:
         """Verify everything that arrived; admitted groups are dated `round_no` (this node's round)."""

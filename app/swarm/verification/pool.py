@@ -70,6 +70,21 @@ class GroupPool:
         for key in [k for k, (_, g) in self._groups.items() if id(g) in used]:
             del self._groups[key]
 
+    def snapshot(self) -> dict:
+        """The groups waiting and the keys seen, as JSON data (Inbox.snapshot)."""
+        self._expire()
+        return {"groups": [[key, group.to_state()] for key, (_, group) in self._groups.items()],
+                "seen": list(self._seen)}
+
+    def restore(self, state: dict) -> None:
+        """A snapshot's groups and keys, their ages counted from now: what decides whether a group
+        is still trainable is the round it arrived in (QuestionGroup.fresh_at), which it keeps."""
+        now = self.clock()
+        for key in state["seen"]:
+            self._seen[key] = now
+        for key, group in state["groups"]:
+            self._groups[key] = (now, QuestionGroup.from_state(group))
+
     def __len__(self) -> int:
         self._expire()
         return len(self._groups)
