@@ -100,3 +100,11 @@ def test_no_bf16_pass_where_the_backend_has_no_such_choice(capsys):
     _compare_training(backend, samples())
     out = capsys.readouterr().out
     assert "shared is" in out and "bf16" not in out and "checkpointing" not in out
+
+
+def test_the_bench_times_the_same_rounds_every_run_unless_a_seed_is_configured():
+    from swarmling.app.commands.bench import BENCH_SEED, bench_config
+    from swarmling.app.config import load_config
+
+    assert bench_config(load_config(None, environ={})).run.seed == BENCH_SEED
+    assert bench_config(load_config(None, environ={}, cli=[("run.seed", 9)])).run.seed == 9

@@ -39,10 +39,21 @@ from ..learning.round import run_round, training_samples
 from ...backends.base import Backend, GenerationProfile, TrainerSwitches, TrainSample
 
 
+BENCH_SEED = 1  # the rounds every bench times (unless run.seed names others)
+
+
+def bench_config(config: Config) -> Config:
+    """A node without run.seed starts on a random one: the bench fixes it, so that two runs (two
+    commits, two machines) time the same tasks and, thread count aside, the same replies."""
+    if config.run.seed is not None:
+        return config
+    return config.model_copy(update={"run": config.run.model_copy(update={"seed": BENCH_SEED})})
+
+
 def bench(config: Config, paths: Paths, rounds: int) -> int:
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-") as tmp:
         bench_paths = replace(resolve_paths(tmp), cache_dir=paths.cache_dir)
-        node = Node(config, bench_paths)
+        node = Node(bench_config(config), bench_paths)
         node.start()
         try:
             return _bench(node, rounds)
@@ -57,7 +68,7 @@ def _bench(node: Node, rounds: int) -> int:
     print(f"swarmling bench: {info.model} on {info.device}; {info.generator}; {info.trainer}")
     print(
         f"round shape: {settings.questions} questions x {settings.completions} completions, "
-        f"up to {settings.max_new_tokens} new tokens, preset {node.preset.name}"
+        f"up to {settings.max_new_tokens} new tokens, preset {node.preset.name}, seed {node.seed}"
     )
     rows, outcome = [], None
     reset_peak_rss()  # the rounds' peak, not the start's one-time model conversion
