@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--nodes", type=_positive, help="nodes per configuration (default: the design's)")
     exp.add_argument("--rounds", type=_positive, help="rounds per node (default: the design's)")
     exp.add_argument("--seeds", type=_positive, help="seeds, i.e. pairs (default: the design's)")
-    exp.add_argument("--seed-offset", type=int, default=0, help="the first seed (default 0): new seeds for new runs")
+    exp.add_argument("--seed-offset", type=_not_negative,
+                     help="the first seed (default: the design's, 200/300/400, never used to choose anything)")
     exp.add_argument("--models", default="", help="comma-separated models, round-robin over the nodes (default: the configured one)")
     exp.add_argument("--burn-in", type=_not_negative, metavar="R", help="count the evaluations after round R (default: the design's)")
     exp.add_argument("--eval-every", type=_positive, metavar="R", help="evaluate every R rounds (default: the design's)")
@@ -350,7 +351,7 @@ def _experiment(c: Invocation) -> int:
     overrides = tuple((k, v) for k, v in c.overrides if k != "backend.threads")
     return experiment_command(ExperimentOptions(
         design=design, out=a.out, nodes=a.nodes or design.nodes, rounds=rounds,
-        seeds=a.seeds or design.seeds, seed_offset=a.seed_offset, models=tuple(m for m in a.models.split(",") if m),
+        seeds=a.seeds or design.seeds, seed_offset=design.first_seed if a.seed_offset is None else a.seed_offset, models=tuple(m for m in a.models.split(",") if m),
         tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides, archive=a.archive), c.paths)
 
 

@@ -13,7 +13,7 @@ import pytest
 from fakes import FakeBackend
 
 from swarmling.app.commands.experiment.archive import pack, unpack
-from swarmling.app.commands.experiment.designs import DESIGNS, Arm
+from swarmling.app.commands.experiment.designs import DESIGNS, TUNED_SEEDS, Arm
 from swarmling.app.commands.experiment.grid import Chunk, ExperimentOptions, node_config, run_experiment
 from swarmling.app.commands.experiment.report import plot, summarise, table
 from swarmling.app.commands.experiment.statistics import detectable_effect, paired_difference, t_quantile
@@ -177,3 +177,4 @@ def test_the_last_round_is_evaluated_whatever_the_spacing():
 def test_every_design_leaves_at_least_three_evaluations_after_its_burn_in(name):
     design = DESIGNS[name]
     assert sum(design.counted(r) for r in design.eval_rounds()) >= 3 and design.seeds >= 5
+    assert not set(range(design.first_seed, design.first_seed + design.seeds)) & TUNED_SEEDS
