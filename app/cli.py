@@ -25,24 +25,22 @@ def _positive_minutes(text: str) -> float:
     return value
 
 
-def _not_negative(text: str) -> int:
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more")
     return value
+
+
+def _not_negative(text: str) -> int:
+    return _whole_number(text, 0)
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
+    return _whole_number(text, 1)
 
 
 def _node_counts(text: str) -> tuple[int, ...]:

@@ -176,9 +176,10 @@ class TorchLoraTrainer:
         of the backbone runs in bf16 (several times the fp32 rate where the CPU has AVX-512 BF16
         or AMX, far slower where it has not) on half the memory. The LoRA weights, their gradients
         and AdamW stay fp32 (their branches compute in bf16: `_lora_input_casts`), attention runs in
-        fp32 (`_sdpa_in_fp32`), and so do the output head and the log-probabilities: logits reach ~30, where bf16 steps by 0.125, and
-        the policy ratio, the KL and the sampler gap are differences of these logprobs. Switching
-        back to fp32 reloads the base from its folder (a bf16 copy cannot give the fp32 bits back)."""
+        fp32 (`_sdpa_in_fp32`), and so do the output head and the log-probabilities: logits reach
+        ~30, where bf16 steps by 0.125, and the policy ratio, the KL and the sampler gap are
+        differences of these logprobs. Switching back to fp32 reloads the base from its folder (a
+        bf16 copy cannot give the fp32 bits back)."""
         return self._bf16_base
 
     @bf16_base.setter
@@ -192,7 +193,6 @@ class TorchLoraTrainer:
             for _, p in frozen:
                 p.data = p.data.to(torch.bfloat16)
             self._lora_input_casts(False)
-            self._attention = self.config._attn_implementation
             self.causal_lm.set_attn_implementation(FP32_ATTENTION)
         else:
             self._lora_input_casts(True)

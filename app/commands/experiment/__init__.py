@@ -42,15 +42,14 @@ def experiment_command(options: ExperimentOptions, paths: Paths) -> int:
     carry = (lambda: pack(options, options.archive)) if options.archive is not None else (lambda: None)
     try:
         finished = run_experiment(options, paths, finished=carry)  # carried after each finished run too
-    finally:
-        carry()
-    if finished:
-        summary = summarise(options)
-        (options.out / "summary.json").write_text(json.dumps(summary, indent=1))
-        (options.out / "table.md").write_text(table(summary))
-        plot(summary, options.out)
-        print(table(summary))
-        print(f"experiment: summary.json, table.md and experiment.png / .svg in {options.out}")
-    if options.archive is not None:
-        print(f"experiment: {pack(options, options.archive)} files of finished runs archived in {options.archive}")
+        if finished:
+            summary = summarise(options)
+            (options.out / "summary.json").write_text(json.dumps(summary, indent=1))
+            (options.out / "table.md").write_text(table(summary))
+            plot(summary, options.out)
+            print(table(summary))
+            print(f"experiment: summary.json, table.md and experiment.png / .svg in {options.out}")
+    finally:  # the outputs too, and whatever finished before an error
+        if options.archive is not None:
+            print(f"experiment: {pack(options, options.archive)} files of finished runs archived in {options.archive}")
     return 0 if finished else 3  # 3: stopped by --minutes, resumable

@@ -11,11 +11,10 @@ that rerun draw the same questions and seeds.
 
 from __future__ import annotations
 
-import io
-import os
 import tarfile
 from pathlib import Path
 
+from ....backends.atomic import atomic_file
 from .grid import EVALS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
 
 OUTPUTS = ("base.json", "plan.json", "invocations.jsonl", "summary.json", "table.md", "experiment.png", "experiment.svg")
@@ -40,14 +39,9 @@ def finished_files(options: ExperimentOptions) -> list[Path]:
 def pack(options: ExperimentOptions, archive: Path) -> int:
     """Write the archive of the finished runs (atomically); returns how many files it holds."""
     files = finished_files(options)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with atomic_file(archive) as tmp, tarfile.open(tmp, mode="w:gz") as tar:
         for name in files:
             tar.add(options.out / name, arcname=str(name))
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_name(archive.name + ".partial")
-    partial.write_bytes(buffer.getvalue())
-    os.replace(partial, archive)
     return len(files)
 
 

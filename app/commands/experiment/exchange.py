@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ....backends.atomic import write_atomic
 from ...config import Config
 from ...events import Listener
 from ...learning.rollout import QuestionGroup, ShareCallback
@@ -46,10 +46,7 @@ class InMemoryExchange:
     def save(self, folders: Sequence[Path]) -> None:
         """Each member's inbox (in joining order, one folder per member), written atomically."""
         for member, folder in zip(self.members, folders, strict=True):
-            path = folder / INBOX_FILE
-            partial = path.with_name(path.name + ".partial")
-            partial.write_text(json.dumps(member.inbox.snapshot()))
-            os.replace(partial, path)
+            write_atomic(folder / INBOX_FILE, json.dumps(member.inbox.snapshot()))
 
     def restore(self, folders: Sequence[Path]) -> bool:
         """Give each member the inbox saved in its folder, consumed (a second resume from the same
