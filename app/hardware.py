@@ -8,6 +8,8 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
+import shutil
+
 import psutil
 
 from ..backends.cpu_features import cpu_info
@@ -30,6 +32,7 @@ class Hardware:
     cuda_memory: tuple[int, ...] = ()  # total bytes per CUDA device
     apple_silicon: bool = False
     mlx_importable: bool = False
+    cxx_compiler: str | None = None  # what torch.compile's CPU code generator would build with
 
     @property
     def has_bf16_cpu(self) -> bool:
@@ -75,7 +78,14 @@ def detect() -> Hardware:
         cuda_memory=cuda[1],
         apple_silicon=apple,
         mlx_importable=apple and importlib.util.find_spec("mlx") is not None,
+        cxx_compiler=_cxx_compiler(),
     )
+
+
+def _cxx_compiler() -> str | None:
+    """$CXX, or the first C++ compiler on the PATH: inductor compiles the code it generates."""
+    named = os.environ.get("CXX")
+    return shutil.which(named) if named else next(filter(None, map(shutil.which, ("g++", "clang++", "c++"))), None)
 
 
 def choose_backend(hw: Hardware, requested: str = "auto") -> BackendChoice:

@@ -29,6 +29,9 @@ class BuildSettings:
     cpu_bf16: bool = False
     cpu_bf16_forced: bool = False
     cpu_bf16_reason: str = ""
+    # The CPU trainer's layers through torch.compile (train.cpu_compile), built with this compiler.
+    cpu_compile: str | None = None
+    cpu_compile_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,9 +173,11 @@ def build_settings(config: Config, hw: Hardware, kind: str, model_scale: float =
             microbatch = fit_microbatch(asked or DEFAULT_MICROBATCH, limit, model_scale,
                                         strict=ceiling is not None, checkpointing=checkpointing)
     bf16, reason = cpu_bf16_choice(config.train.cpu_bf16, hw) if kind == "cpu" else (False, "")
+    compiler, compile_reason = cpu_compile_choice(config.train.cpu_compile, hw) if kind == "cpu" else (None, "")
     return BuildSettings(kind=kind, threads=threads, microbatch_tokens=microbatch,
                          activation_checkpointing=checkpointing, memory_limit=limit, cpu_bf16=bf16,
-                         cpu_bf16_forced=config.train.cpu_bf16 == "on", cpu_bf16_reason=reason)
+                         cpu_bf16_forced=config.train.cpu_bf16 == "on", cpu_bf16_reason=reason,
+                         cpu_compile=compiler, cpu_compile_reason=compile_reason)
 
 
 def cpu_bf16_choice(mode: str, hw: Hardware) -> tuple[bool, str]:
@@ -184,6 +189,18 @@ def cpu_bf16_choice(mode: str, hw: Hardware) -> tuple[bool, str]:
     if hw.has_bf16_cpu:
         return True, "bf16: this CPU has AVX-512 BF16 or AMX (train.cpu_bf16 = auto)"
     return False, "fp32: this CPU has no bf16 instructions (train.cpu_bf16 = auto)"
+
+
+def cpu_compile_choice(mode: str, hw: Hardware) -> tuple[str | None, str]:
+    """The C++ compiler the CPU trainer's torch.compile builds with, or None; and why
+    (train.cpu_compile). CUDA and MLX never compile: unmeasured there."""
+    if mode == "off":
+        return None, "eager: train.cpu_compile = off"
+    if hw.cxx_compiler:
+        return hw.cxx_compiler, f"compiled: {hw.cxx_compiler} (train.cpu_compile = {mode})"
+    if mode == "on":
+        return "g++", "compiled: train.cpu_compile = on, though no C++ compiler was found (it falls back if that fails)"
+    return None, "eager: no C++ compiler found for torch.compile (train.cpu_compile = auto)"
 
 
 def reply_tokens(config: Config, preset: Preset) -> int:

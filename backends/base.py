@@ -151,6 +151,7 @@ class TrainerSwitches:
     shared_prefix: bool = True
     bf16_base: bool | None = None  # the CPU trainer's frozen base in bf16 (train.cpu_bf16)
     activation_checkpointing: bool | None = None  # recompute each layer in the backward pass
+    compiled: bool | None = None  # the CPU trainer's layers through torch.compile (train.cpu_compile)
 
 
 class Trainer(abc.ABC):

@@ -13,6 +13,7 @@ diagnostics reported in every round's metrics.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -63,6 +64,17 @@ class CpuSettings:
     bf16: bool = False  # try the trainer's base in bf16 (train.cpu_bf16)
     bf16_forced: bool = False  # keep it even if the start-up check disagrees ("on")
     bf16_reason: str = ""  # why it is tried or not
+    compiler: str | None = None  # torch.compile the trainer's layers with this C++ compiler (train.cpu_compile)
+    compile_reason: str = ""  # why they are compiled or not
+
+
+def use_compiler(compiler: str, cache_dir: Path) -> None:
+    """torch.compile's CPU code generator builds with `compiler` and keeps what it built under the
+    node's cache (not /tmp, which a reboot empties): later starts skip most of the compiling."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir) / "torch-compile"))
+    from torch._inductor import config as inductor
+
+    inductor.cpp.cxx = (compiler,)
 
 
 class CpuBackend(TorchTrainedBackend):
@@ -76,6 +88,9 @@ class CpuBackend(TorchTrainedBackend):
             folder, settings.lora, settings.optim, settings.grpo, settings.temperature, device="cpu", seed=settings.seed
         )
         self.precision = self._choose_precision(settings)
+        if settings.compiler:
+            use_compiler(settings.compiler, settings.cache_dir)
+            self.trainer.compiled = True
         cfg = self.trainer.config
         self.shape = ModelShape(
             arch=self.generator.architecture,
@@ -100,12 +115,15 @@ class CpuBackend(TorchTrainedBackend):
         return f"fp32: {check.describe()}, beyond the tolerance"
 
     def switches(self) -> TrainerSwitches:
-        return replace(super().switches(), bf16_base=self.trainer.bf16_base)
+        compiled = self.trainer.compiled if self.settings.compiler and not self.trainer.compile_failure else None
+        return replace(super().switches(), bf16_base=self.trainer.bf16_base, compiled=compiled)
 
     def set_switches(self, switches: TrainerSwitches) -> None:
         super().set_switches(switches)
         if switches.bf16_base is not None:
             self.trainer.bf16_base = switches.bf16_base
+        if switches.compiled is not None:
+            self.trainer.compiled = switches.compiled
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -116,8 +134,14 @@ class CpuBackend(TorchTrainedBackend):
             generator=f"llama.cpp ({self.generator.architecture}, {self.generator.model_bytes / 1e6:.0f} MB GGUF)",
             trainer=f"torch {torch.__version__} {'bf16 base' if self.trainer.bf16_base else 'fp32'} + LoRA r={self.settings.lora.r} "
             f"({self.trainer.trainable_parameters() / 1e6:.2f}M trainable)"
-            + (", activation checkpointing" if self.trainer.activation_checkpointing else "") + f" [{self.precision}]",
+            + (", activation checkpointing" if self.trainer.activation_checkpointing else "")
+            + f" [{self.precision}; {self._compilation()}]",
         )
+
+    def _compilation(self) -> str:
+        if self.trainer.compile_failure:
+            return f"eager: torch.compile failed ({self.trainer.compile_failure})"
+        return self.settings.compile_reason or ("compiled" if self.trainer.compiled else "eager")
 
     def render(self, prompt: ChatPrompt) -> str:
         return render(prompt, self.chat_template)

@@ -88,6 +88,8 @@ def _cpu(spec: BackendSpec) -> Backend:
             bf16=spec.cpu_bf16,
             bf16_forced=spec.cpu_bf16_forced,
             bf16_reason=spec.cpu_bf16_reason,
+            compiler=spec.cpu_compile,
+            compile_reason=spec.cpu_compile_reason,
         )
     )
 

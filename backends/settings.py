@@ -84,3 +84,5 @@ class BackendSpec:
     cpu_bf16: bool = False  # the CPU trainer's base in bf16, if it agrees with fp32 (train.cpu_bf16)
     cpu_bf16_forced: bool = False  # ... whatever the check finds (train.cpu_bf16 = "on")
     cpu_bf16_reason: str = ""  # why it is tried or not, for the backend line
+    cpu_compile: str | None = None  # the C++ compiler for the CPU trainer's torch.compile; None: eager
+    cpu_compile_reason: str = ""  # why, for the backend line

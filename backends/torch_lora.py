@@ -2,8 +2,8 @@
 With `full=True` (CUDA backend, `train.mode = "full"`) every weight trains instead of an adapter.
 
 Memory note: with a 49k-token vocabulary the logits dominate (8 × 350 × 49152 fp32 ≈ 550 MB per
-copy). Only completion positions need logits, and those are computed in chunks under activation
-checkpointing, so at most one chunk of logits lives at a time, forward or backward.
+copy). Only completion positions need logits, and those are computed in chunks (torch_head.py),
+kept for the backward pass only while they are small.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from .adapter_format import (
     ADAPTER_FILE,
@@ -33,6 +32,7 @@ from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainerSwitch
 from .microbatches import SamplerGap, sampler_logprobs
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import RowBatch, attention_allowed, microbatches
+from .torch_head import logits_at, token_logprobs
 from .torch_grpo import (
     grpo_token_objective,
     k3_kl,
@@ -49,6 +49,13 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 LOGIT_CHUNK = 512  # completion positions per chunk of logits
+# Tokens per microbatch of a pass without gradients (the KL anchor's reference, logprobs and
+# surprise for the node): it keeps no activations, so it takes the whole round in a few passes,
+# where bigger matmuls run faster (bf16 ones ~1.5x at 1000 rows against 180) and the per-op
+# overhead of a pass is paid fewer times. A pass's peak is one layer's activations and one chunk
+# of logits (~100 MB for 2048 tokens).
+NO_GRAD_MICROBATCH = 2048
+COMPILED_GRAPHS = 32  # graphs a compiled layer may build (see `compiled`)
 FP32_ATTENTION = "swarmling_sdpa_fp32"  # the attention a bf16 base runs (see _sdpa_in_fp32)
 
 
@@ -146,6 +153,54 @@ class TorchLoraTrainer:
         self._attention = self.config._attn_implementation  # the fp32 base's (restored when bf16 goes off)
         self._checkpointing = False
         self.activation_checkpointing = optim.activation_checkpointing
+        self._compiled = False
+        self._compile_proven = False  # a compiled pass has run: no more fallback to try
+        self.compile_failure = ""  # why torch.compile was given up, if it was
+
+    @property
+    def compiled(self) -> bool:
+        """Each decoder layer run through torch.compile (the CPU's train.cpu_compile): inductor
+        fuses the elementwise ops and casts between the matmuls into generated C++, which is
+        most of a bf16 step once AMX makes the matmuls cheap (a default step 1.3x faster in
+        bf16, 1.15x in fp32, on 2 cores). The graphs are built in the first passes (about a
+        minute on 2 cores, ~20 s once the on-disk cache holds them), one for all 30 layers; shapes
+        are dynamic, so a new batch shape needs none. A first pass that fails compiled (no C++
+        compiler after all, an inductor fault) runs again eagerly, and compilation stays off."""
+        return self._compiled
+
+    @compiled.setter
+    def compiled(self, on: bool) -> None:
+        if bool(on) == self._compiled:
+            return
+        if on:
+            # One graph per combination of what a layer is called with (with or without gradients,
+            # an input that needs one or not, one row or several, autocast on or off): up to ~12,
+            # past torch's default of 8, beyond which it would run the rest eagerly.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_GRAPHS)
+        for layer in self._backbone.layers:
+            if on:
+                layer.compile(dynamic=True)
+            else:
+                layer._compiled_call_impl = None  # what Module.compile set: plain calls again
+        self._compiled = bool(on)
+
+    def _with_compile_fallback(self, run, *args):
+        """`run(*args)`, and again eagerly (for good) if it fails before a compiled pass has ever
+        succeeded: a compile fault costs the user speed, never a round."""
+        if not self._compiled or self._compile_proven:
+            return run(*args)
+        try:
+            result = run(*args)
+        except Abandoned:
+            raise
+        except Exception as error:  # inductor raises many kinds (missing compiler, codegen, lowering)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.compiled = False
+            self.compile_failure = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+            log.warning("torch.compile failed, training without it: %s", self.compile_failure)
+            return run(*args)
+        self._compile_proven = True
+        return result
 
     @property
     def activation_checkpointing(self) -> bool:
@@ -242,10 +297,11 @@ class TorchLoraTrainer:
         return sum(p.numel() for p in self.params)
 
     # ---- log-probabilities -------------------------------------------------------------------
-    def _batches(self, samples: Sequence[TrainSample]) -> list[_Microbatch]:
+    def _batches(self, samples: Sequence[TrainSample], grad: bool = True) -> list[_Microbatch]:
         """The batch in shared-prefix rows (or one sample a row with `shared_prefix` off), packed
-        into microbatches under the token budget."""
-        return [self._tensors(rb) for rb in microbatches(samples, self.optim.microbatch_tokens, self.shared_prefix)]
+        into microbatches under the token budget (a bigger one without gradients)."""
+        budget = self.optim.microbatch_tokens if grad else max(self.optim.microbatch_tokens, NO_GRAD_MICROBATCH)
+        return [self._tensors(rb) for rb in microbatches(samples, budget, self.shared_prefix)]
 
     def _tensors(self, rb: RowBatch) -> _Microbatch:
         def on_device(a):
@@ -262,81 +318,82 @@ class TorchLoraTrainer:
             computed_tokens=rb.computed_tokens,
         )
 
-    def _chunk_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The logits at the sampling temperature, fp32."""
+    @property
+    def _head_weight(self) -> torch.Tensor:
         # The head stays fp32 with a bf16 base (its fp32 copy; see bf16_base).
-        if self._head_fp32 is not None:
-            logits = torch.nn.functional.linear(hidden.float(), self._head_fp32)
-        else:
-            logits = self._lm_head(hidden.to(self._lm_head.weight.dtype)).float()
-        if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return logits / self.temperature
-
-    def _chunk_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self._chunk_logits(hidden)
-        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return self._head_fp32 if self._head_fp32 is not None else self._lm_head.weight
 
     def _chunk_surprise(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logp = torch.log_softmax(self._chunk_logits(hidden), dim=-1)
+        logp = torch.log_softmax(logits_at(hidden, self._head_weight, self.temperature, self._softcap), dim=-1)
         entropy = -(logp.exp() * logp).sum(dim=-1)
         return -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - entropy
 
     def _logprobs(self, mb: _Microbatch, per_chunk=None) -> torch.Tensor:
+        """log pi of the microbatch's completion tokens (or `per_chunk`'s figure per token, without
+        gradients), in scoring order."""
         with self._precision():
             hidden = self._backbone(
                 input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
             ).last_hidden_state
         hidden = hidden.reshape(-1, hidden.shape[-1])[mb.scored]
-        per_chunk = per_chunk or self._chunk_logprobs
-        out = []
-        for start in range(0, hidden.shape[0], LOGIT_CHUNK):
-            h, t = hidden[start : start + LOGIT_CHUNK], mb.targets[start : start + LOGIT_CHUNK]
-            if torch.is_grad_enabled():
-                out.append(checkpoint(per_chunk, h, t, use_reentrant=False))
-            else:
-                out.append(per_chunk(h, t))
-        return torch.cat(out)
+        if per_chunk is None:
+            return token_logprobs(hidden, self._head_weight, mb.targets, self.temperature, self._softcap, LOGIT_CHUNK)
+        return torch.cat([per_chunk(hidden[start : start + LOGIT_CHUNK], mb.targets[start : start + LOGIT_CHUNK])
+                          for start in range(0, hidden.shape[0], LOGIT_CHUNK)])
 
-    @torch.no_grad()
-    def _reference_logprobs(self, mb: _Microbatch) -> torch.Tensor:
-        """log pi_base of the same tokens: the adapter switched off (or the frozen copy), no gradient."""
+    def _reference_logprobs(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
+        """log pi_base of each sample's completion tokens: the adapter switched off (or the frozen
+        copy), without gradients, in the big microbatches of such passes."""
         if self._reference is not None:
             backbone, self._backbone = self._backbone, self._reference.model
             try:
-                return self._logprobs(mb)
+                return self._per_token(samples)
             finally:
                 self._backbone = backbone
         with self.model.disable_adapter():
-            return self._logprobs(mb)
+            return self._per_token(samples)
 
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """log pi(completion token | prefix) under the current policy, at the sampling temperature."""
-        return self._per_token(samples, self._chunk_logprobs)
+        return _as_lists(self._per_token(samples))
 
     def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """-log pi(token | prefix) - H(pi(. | prefix)) per completion token (Trainer.token_surprise)."""
-        return self._per_token(samples, self._chunk_surprise)
+        return _as_lists(self._per_token(samples, self._chunk_surprise))
+
+    def _per_token(self, samples: Sequence[TrainSample], per_chunk=None) -> list[torch.Tensor]:
+        """Each sample's figure per completion token (log pi without `per_chunk`), fp32."""
+        return self._with_compile_fallback(self._per_token_pass, samples, per_chunk)
 
     @torch.no_grad()
-    def _per_token(self, samples: Sequence[TrainSample], per_chunk) -> list[list[float]]:
+    def _per_token_pass(self, samples: Sequence[TrainSample], per_chunk) -> list[torch.Tensor]:
         was_training = self.model.training
         self.model.eval()
         try:
-            result: list[list[float]] = [[] for _ in samples]
-            for mb in self._batches(samples):
-                lp = self._logprobs(mb, per_chunk).cpu()
-                owner = mb.sample_index.cpu()
+            result: list[torch.Tensor] = [torch.empty(0, device=self.device) for _ in samples]
+            for mb in self._batches(samples, grad=False):
+                lp = self._logprobs(mb, per_chunk).float()
                 for local, i in enumerate(mb.samples):
-                    result[i] = lp[owner == local].tolist()
+                    result[i] = lp[mb.sample_index == local]
             return result
         finally:
             self.model.train(was_training)
+
+    def _in_microbatch(self, per_sample: Sequence[torch.Tensor], mb: _Microbatch) -> torch.Tensor:
+        """Per-sample token figures laid out in a microbatch's scoring order."""
+        out = torch.empty(mb.targets.shape[0], dtype=torch.float32, device=self.device)
+        for local, i in enumerate(mb.samples):
+            out[mb.sample_index == local] = per_sample[i]
+        return out
 
     # ---- the update --------------------------------------------------------------------------
     def train_step(
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
     ) -> TrainStats:
+        return self._with_compile_fallback(self._train_step, samples, should_stop, on_progress)
+
+    def _train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None,
+                    on_progress: ProgressCallback | None) -> TrainStats:
         start = time.perf_counter()
         total_tokens = sum(len(s.completion_ids) for s in samples)
         if total_tokens == 0:
@@ -348,16 +405,16 @@ class TorchLoraTrainer:
         tokens_done = 0
         computed = 0
         beta = self.grpo.kl_beta
+        if beta > 0:
+            reference_s = time.perf_counter()
+            references = self._reference_logprobs(samples)
+            reference_s = time.perf_counter() - reference_s
         for mb in self._batches(samples):
             indices = mb.samples
             computed += mb.computed_tokens
             if should_stop is not None and should_stop():
                 self.optimizer.zero_grad(set_to_none=True)
                 raise Abandoned("training step abandoned")
-            if beta > 0:
-                started = time.perf_counter()
-                reference = self._reference_logprobs(mb)
-                reference_s += time.perf_counter() - started
             logp = self._logprobs(mb)
             owner = mb.sample_index
             adv = torch.tensor([samples[i].advantage for i in indices], device=self.device)[owner]
@@ -365,7 +422,7 @@ class TorchLoraTrainer:
             weight = self._importance_weight(samples, indices, owner, old, gap, negatives)
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
             if beta > 0:
-                kl = k3_kl(logp, reference)
+                kl = k3_kl(logp, self._in_microbatch(references, mb))
                 if weight is not None:  # a reply weighted 0 is not trained on at all
                     kl = kl * (weight > 0)
                 objective = objective - beta * kl
@@ -526,6 +583,14 @@ class TorchLoraTrainer:
         self.steps = int(state["steps"])
         if "torch_rng" in state:  # LoRA dropout draws from it
             torch.set_rng_state(state["torch_rng"].cpu())
+
+
+def _as_lists(per_sample: Sequence[torch.Tensor]) -> list[list[float]]:
+    """Per-sample tensors as lists, with one copy to the CPU."""
+    if not per_sample:
+        return []
+    flat = torch.cat(list(per_sample)).cpu()
+    return [part.tolist() for part in flat.split([len(t) for t in per_sample])]
 
 
 class TorchTrainedBackend(Backend):

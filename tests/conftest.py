@@ -24,6 +24,9 @@ os.environ.setdefault("SWARMLING_CACHE_DIR", str(TEST_CACHE))
 os.environ["SWARMLING_SWARM__ENABLED"] = "false"
 # Likewise without the held-out evaluation at start (96 replies), except where a test asks for it.
 os.environ["SWARMLING_EVAL__EVERY_ROUNDS"] = "0"
+# And with the trainer's layers uncompiled: compiling takes ~1 min per new process on 2 cores, and
+# what it computes is tested once against the eager layers (test_shared_prefix.py).
+os.environ["SWARMLING_TRAIN__CPU_COMPILE"] = "off"
 
 
 MODEL_FIXTURES = {"generator", "backend", "backend_factory", "torch_backend", "mlx_backend"}

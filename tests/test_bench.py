@@ -34,25 +34,27 @@ class SwitchesFake(FakeBackend):
     """A backend with the CPU trainer's switches, recording which passes ran; a step takes 1 s
     with shared prefixes, 4 s without, 3 s in bf16, 1.5 s with checkpointing."""
 
-    def __init__(self, clock: Clock, checkpointing: bool = False) -> None:
+    def __init__(self, clock: Clock, checkpointing: bool = False, compiled: bool | None = None) -> None:
         super().__init__()
         self.clock = clock
         self.bf16_base = False
         self.activation_checkpointing = checkpointing
+        self.compiled = compiled
         self.passes: list[tuple[bool, bool, bool]] = []
         self.loads = 0
 
     def switches(self) -> TrainerSwitches:
-        return TrainerSwitches(self.shared_prefix, self.bf16_base, self.activation_checkpointing)
+        return TrainerSwitches(self.shared_prefix, self.bf16_base, self.activation_checkpointing, self.compiled)
 
     def set_switches(self, switches: TrainerSwitches) -> None:
         self.shared_prefix = switches.shared_prefix
         self.bf16_base, self.activation_checkpointing = switches.bf16_base, switches.activation_checkpointing
+        self.compiled = switches.compiled
 
     def train_step(self, samples, should_stop=None, on_progress=None):
         self.passes.append((self.shared_prefix, self.bf16_base, self.activation_checkpointing))
         self.clock.now += (1.0 if self.shared_prefix else 4.0) * (3.0 if self.bf16_base else 1.0) * (
-            1.5 if self.activation_checkpointing else 1.0)
+            1.5 if self.activation_checkpointing else 1.0) * (0.5 if self.compiled else 1.0)
         return super().train_step(samples, should_stop, on_progress)
 
     def load_state(self, directory) -> None:
@@ -64,11 +66,14 @@ def samples() -> list[TrainSample]:
     return [TrainSample([1, 2, 3], [4, 5], advantage=a, behaviour_logprobs=[-1.0, -1.0]) for a in (1.0, -1.0)]
 
 
-def test_the_comparison_times_each_switch_from_the_same_state(capsys, clock):
+def test_the_comparison_times_each_switch_from_the_same_state(capsys, clock, tmp_path):
     backend = SwitchesFake(clock)
-    _compare_training(backend, samples())
+    backend.save_state(tmp_path)  # the state the samples were drawn with
+    backend.train_steps = 5
+    _compare_training(backend, samples(), "the test's", tmp_path)
     assert backend.passes == [(True, False, False), (False, False, False), (True, True, False), (True, False, True)]
-    assert backend.loads == 4  # back to the saved state after every pass
+    assert backend.loads == 5  # the saved state before every pass, and again after the last
+    assert backend.train_steps == 0
     assert (backend.shared_prefix, backend.bf16_base, backend.activation_checkpointing) == (True, False, False)
     out = capsys.readouterr().out
     assert "shared is 4.00x faster" in out
@@ -78,9 +83,20 @@ def test_the_comparison_times_each_switch_from_the_same_state(capsys, clock):
         assert "training peak" in out
 
 
-def test_a_switch_the_node_runs_with_is_compared_against_it_off(capsys, clock):
+def test_compiled_layers_are_compared_with_eager_and_every_other_pass_is_warmed_first(capsys, clock, tmp_path):
+    backend = SwitchesFake(clock, compiled=True)
+    backend.save_state(tmp_path)
+    _compare_training(backend, samples(), "the test's", tmp_path)
+    # the node's pass, then each other pass twice: once to build its graphs, once timed
+    assert len(backend.passes) == 1 + 2 * 4 and backend.passes[1] == backend.passes[2]
+    assert backend.compiled  # left as the node runs it
+    assert "torch.compile      0.50 s vs eager 1.00 s: 2.00x (the node runs compiled, fp32)" in capsys.readouterr().out
+
+
+def test_a_switch_the_node_runs_with_is_compared_against_it_off(capsys, clock, tmp_path):
     backend = SwitchesFake(clock, checkpointing=True)
-    _compare_training(backend, samples())
+    backend.save_state(tmp_path)
+    _compare_training(backend, samples(), "the test's", tmp_path)
     assert backend.passes[0] == (True, False, True) and backend.passes[-1] == (True, False, False)
     assert backend.activation_checkpointing  # left on, as the node runs it
     out = capsys.readouterr().out
@@ -88,16 +104,18 @@ def test_a_switch_the_node_runs_with_is_compared_against_it_off(capsys, clock):
     assert "train.activation_checkpointing = true" in out
 
 
-def test_checkpointing_the_memory_limit_required_is_not_timed_without(capsys, clock):
+def test_checkpointing_the_memory_limit_required_is_not_timed_without(capsys, clock, tmp_path):
     backend = SwitchesFake(clock, checkpointing=True)
-    _compare_training(backend, samples(), checkpointing_required=True)
+    backend.save_state(tmp_path)
+    _compare_training(backend, samples(), "the test's", tmp_path, checkpointing_required=True)
     assert all(ckpt for _, _, ckpt in backend.passes)
     assert "not timed without activation checkpointing" in capsys.readouterr().out
 
 
-def test_no_bf16_pass_where_the_backend_has_no_such_choice(capsys):
+def test_no_bf16_pass_where_the_backend_has_no_such_choice(capsys, tmp_path):
     backend = FakeBackend()
-    _compare_training(backend, samples())
+    backend.save_state(tmp_path)
+    _compare_training(backend, samples(), "the test's", tmp_path)
     out = capsys.readouterr().out
     assert "shared is" in out and "bf16" not in out and "checkpointing" not in out
 

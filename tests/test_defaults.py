@@ -126,3 +126,14 @@ def test_the_memory_note_says_when_checkpointing_was_chosen():
     small_machine = memory_note(Config(), resolved(4))
     assert small_machine is not None and "guest's share" in small_machine and "activation checkpointing" in small_machine
     assert memory_note(Config(), resolved(8)) is None
+
+
+def test_the_cpu_trainer_compiles_where_a_compiler_is_found_unless_told_not_to():
+    with_gxx = machine(8, cxx_compiler="/usr/bin/g++")
+    assert resolved(hw=with_gxx).cpu_compile == "/usr/bin/g++"
+    assert resolved(hw=machine(8)).cpu_compile is None  # auto, and nothing to build with
+    assert "no C++ compiler" in resolved(hw=machine(8)).cpu_compile_reason
+    assert resolved(hw=with_gxx, train={"cpu_compile": "off"}).cpu_compile is None
+    assert resolved(hw=machine(8), train={"cpu_compile": "on"}).cpu_compile == "g++"  # tried; falls back if it fails
+    on_gpu = machine(8, cxx_compiler="/usr/bin/g++", cuda_devices=("H100",), cuda_memory=(80 * 2**30,))
+    assert resolved(hw=on_gpu).cpu_compile is None  # the CUDA trainer: not measured compiled

@@ -183,6 +183,50 @@ def test_a_bf16_base_stays_close_to_fp32_and_leaves_the_trained_weights_fp32(tra
     assert max(float((a - b).abs().max()) for a, b in zip(fp32_lp, back)) == 0.0
 
 
+@pytest.mark.slow  # loads the model through its own fixture; compiles its layers (~1 min on 2 cores)
+def test_compiled_layers_compute_what_eager_ones_do(trainer):
+    """`compiled` (train.cpu_compile) runs each layer through torch.compile: the generated code
+    fuses and reorders the elementwise work, so results move by rounding only (fp32: ~1e-6 nats).
+    Two budgets give two batch shapes, which the dynamic graphs take without a new one each."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    samples = batch()
+    g = torch.Generator().manual_seed(1)
+    weights = [torch.randn(len(s.completion_ids), generator=g) for s in samples]
+    eager = {b: logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, b), weights) for b in (4096, 60)}
+    graphs = counters["stats"]["unique_graphs"]
+    trainer.compiled = True
+    try:
+        for budget, (eager_lp, eager_grad) in eager.items():
+            lp, grad = logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, budget), weights)
+            assert max(float((a - b).abs().max()) for a, b in zip(eager_lp, lp)) < 1e-4, budget
+            assert float((grad - eager_grad).norm() / eager_grad.norm()) < 1e-4, budget
+    finally:
+        trainer.compiled = False
+    assert counters["stats"]["unique_graphs"] > graphs  # the compiled path really ran
+
+
+def test_a_pass_that_fails_compiled_runs_again_eagerly_and_compiling_stays_off(trainer):
+    """A compile fault (no C++ compiler, an inductor error) at the first compiled pass costs the
+    user speed, never a round: the pass runs again eagerly, and the failure is kept to be shown."""
+    seen = []
+
+    def first_pass(value):
+        seen.append(trainer.compiled)
+        if trainer.compiled:
+            raise RuntimeError("InductorError: C++ compile error\n(details)")
+        return value
+
+    trainer.compiled = True  # compiles nothing until a layer runs
+    try:
+        assert trainer._with_compile_fallback(first_pass, 7) == 7
+        assert seen == [True, False] and not trainer.compiled
+        assert trainer.compile_failure == "RuntimeError: InductorError: C++ compile error"
+    finally:
+        trainer.compiled, trainer.compile_failure = False, ""
+
+
 @pytest.mark.slow
 def test_the_start_up_check_keeps_a_bf16_base_that_agrees_and_refuses_one_that_does_not(trainer, generator,
                                                                                         monkeypatch):

@@ -1,13 +1,16 @@
 """`swarmling bench`: per-phase round times on this machine, and in the same run raw llama.cpp
 throughput for the same model, prompts and completion lengths, with the ratio.
 
-Training is then timed again on the last round's training set, once with shared prefixes (each
+Training is then timed again on the training set of the timed round with the most completion
+tokens (a round's replies can be short: a short batch times the fixed costs, not a round's
+work; with the bench's fixed seed, round 1's are the base model's, the same for every revision),
+once with shared prefixes (each
 group's prompt computed once, `backends/shared_prefix.py`) and once without, from the same
 adapter and optimizer state: their ratio is what sharing saves on this machine, measured in one
 process on the same samples (timings on a busy machine are noisy; a ratio within one run is not).
 Each switch the backend's trainer offers is then flipped for a pass of its own: the bf16 base
 (`train.cpu_bf16`, the CPU's) against fp32, with what they do to the sampler/trainer logprob
-agreement; per-layer activation checkpointing (`train.activation_checkpointing`), with the time
+agreement; torch.compile of the layers (`train.cpu_compile`) against eager; per-layer activation checkpointing (`train.activation_checkpointing`), with the time
 it costs and the training peak it saves (each pass's own peak on Linux, or the GPU's on CUDA);
 not checkpointing off where the memory limit required it. Peak resident memory is the rounds'
 (on Linux from the first round, after the start's one-time model conversion; before the
@@ -72,26 +75,34 @@ def _bench(node: Node, rounds: int) -> int:
     )
     rows, outcome = [], None
     reset_peak_rss()  # the rounds' peak, not the start's one-time model conversion
-    for i in range(1, rounds + 1):
-        outcome = run_round(i, node.backend, node.preset, node.curriculum, settings, RoundDraws(node.seed, i))
-        node.curriculum = outcome.curriculum
-        m = outcome.record
-        rows.append(m)
-        s = m.seconds
-        cells = "  ".join(f"{p} {s.get(p, 0.0):6.2f}s" for p in PHASES)
-        print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m.tokens_per_s:6.1f} tok/s ({m.generated_tokens} tokens)")
-    steady = rows[1:] or rows  # the first round pays one-time costs (allocations, caches)
-    print(f"\nmedian over rounds {2 if len(rows) > 1 else 1}..{len(rows)}:")
-    for p in PHASES:
-        print(f"  {p:<9} {statistics.median(r.seconds.get(p, 0.0) for r in steady):7.2f} s")
-    total = statistics.median(sum(r.seconds.values()) for r in steady)
-    print(f"  {'round':<9} {total:7.2f} s")
-    handoff = statistics.median(r.seconds.get("hand-off", 0.0) for r in steady)
-    print(f"  {'peak RSS':<9} {peak_rss_bytes() / 1e9:7.2f} GB")
-    if outcome is not None:
-        _compare_training(node.backend, training_samples(outcome.trained or outcome.groups),
-                          checkpointing_required=node.sizing.build.activation_checkpointing
-                          and node.config.train.activation_checkpointing is None)
+    with tempfile.TemporaryDirectory(prefix="swarmling-bench-states-") as states:
+        largest = None  # (round, its training set, the policy and optimizer it was sampled with)
+        for i in range(1, rounds + 1):
+            before = Path(states) / f"round-{i}"
+            before.mkdir()
+            node.backend.save_state(before)
+            outcome = run_round(i, node.backend, node.preset, node.curriculum, settings, RoundDraws(node.seed, i))
+            node.curriculum = outcome.curriculum
+            m = outcome.record
+            rows.append(m)
+            s = m.seconds
+            cells = "  ".join(f"{p} {s.get(p, 0.0):6.2f}s" for p in PHASES)
+            print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m.tokens_per_s:6.1f} tok/s ({m.generated_tokens} tokens)")
+            trained = training_samples(outcome.trained or outcome.groups)
+            if largest is None or completion_tokens(trained) > completion_tokens(largest[1]):
+                largest = (i, trained, before)
+        steady = rows[1:] or rows  # the first round pays one-time costs (allocations, caches)
+        print(f"\nmedian over rounds {2 if len(rows) > 1 else 1}..{len(rows)}:")
+        for p in PHASES:
+            print(f"  {p:<9} {statistics.median(r.seconds.get(p, 0.0) for r in steady):7.2f} s")
+        total = statistics.median(sum(r.seconds.values()) for r in steady)
+        print(f"  {'round':<9} {total:7.2f} s")
+        handoff = statistics.median(r.seconds.get("hand-off", 0.0) for r in steady)
+        print(f"  {'peak RSS':<9} {peak_rss_bytes() / 1e9:7.2f} GB")
+        if largest is not None:
+            _compare_training(node.backend, largest[1], f"round {largest[0]}'s", largest[2],
+                              checkpointing_required=node.sizing.build.activation_checkpointing
+                              and node.config.train.activation_checkpointing is None)
 
     reference = node.backend.reference_decoder()
     if reference is None or outcome is None:
@@ -130,6 +141,10 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
 
 
+def completion_tokens(samples: Sequence[TrainSample]) -> int:
+    return sum(len(s.completion_ids) for s in samples)
+
+
 def unique_tokens(samples: Sequence[TrainSample]) -> int:
     """What a trainer must at least compute: each distinct prompt once, every completion token."""
     return sum(len(p) for p in {tuple(s.prompt_ids) for s in samples}) + sum(len(s.completion_ids) for s in samples)
@@ -143,30 +158,40 @@ def training_passes(backend: Backend, checkpointing_required: bool = False) -> d
     passes = {"node": node, "unshared": replace(node, shared_prefix=False)}
     if node.bf16_base is not None:
         passes["bf16_base"] = replace(node, bf16_base=not node.bf16_base)
+    if node.compiled is not None:
+        passes["compiled"] = replace(node, compiled=not node.compiled)
     if node.activation_checkpointing is not None and not checkpointing_required:
         passes["activation_checkpointing"] = replace(node, activation_checkpointing=not node.activation_checkpointing)
     return passes
 
 
-def _compare_training(backend: Backend, samples: list[TrainSample], checkpointing_required: bool = False) -> None:
+def _compare_training(backend: Backend, samples: list[TrainSample], which: str, start: Path,
+                      checkpointing_required: bool = False) -> None:
+    """Each pass a step on `samples` from the state in `start` (the policy that sampled them, so
+    that the sampler/trainer gap is the node's own), and back to it after."""
     if not any(s.advantage != 0 for s in samples):
-        print("\n(the last round had no learning signal: no training to compare)")
+        print(f"\n({which} training set had no learning signal: no training to compare)")
         return
     passes = training_passes(backend, checkpointing_required)
+    node_compiles = bool(passes["node"].compiled)
     peak = PeakMemory(on_gpu=backend.info().name == "cuda")
     runs = {}
-    with tempfile.TemporaryDirectory(prefix="swarmling-bench-state-") as tmp:
-        backend.save_state(Path(tmp))
-        for name, switches in passes.items():
-            backend.set_switches(switches)
-            peak.reset()
-            start = time.perf_counter()
-            stats = backend.train_step(samples)
-            runs[name] = (time.perf_counter() - start, stats, peak.read())
-            backend.load_state(Path(tmp))  # every pass from the same policy and optimizer state
-        backend.set_switches(passes["node"])  # as the node runs
+    for name, switches in passes.items():
+        backend.load_state(start)  # every pass from the same policy and optimizer state
+        backend.set_switches(switches)
+        if node_compiles and name != "node":
+            # Compiled layers build their graphs for a new dtype or switch in the first pass:
+            # that one-time cost is not the pass's.
+            backend.train_step(samples)
+            backend.load_state(start)
+        peak.reset()
+        began = time.perf_counter()
+        stats = backend.train_step(samples)
+        runs[name] = (time.perf_counter() - began, stats, peak.read())
+    backend.load_state(start)
+    backend.set_switches(passes["node"])  # as the node runs
     unique = unique_tokens(samples)
-    print(f"\ntraining, same {len(samples)} samples ({runs['node'][1].tokens} completion tokens, {unique} unique tokens)")
+    print(f"\ntraining, same {len(samples)} samples, {which} ({runs['node'][1].tokens} completion tokens, {unique} unique tokens)")
     for name, label in (("node", "shared prefixes"), ("unshared", "each completion alone")):
         seconds, stats, peak_bytes = runs[name]
         computed = int(stats.extra.get("computed_tokens", 0))
@@ -184,6 +209,10 @@ def _compare_training(backend: Backend, samples: list[TrainSample], checkpointin
               f"(the node runs {'bf16' if node.bf16_base else 'fp32'}); sampler/trainer logprob gap "
               f"{bf16[1].sampler_logprob_gap:.4f} vs {fp32[1].sampler_logprob_gap:.4f} nats, tokens outside "
               f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")
+    if "compiled" in runs:
+        eager, compiled = (runs["node"], runs["compiled"])[:: -1 if node.compiled else 1]
+        print(f"  torch.compile   {compiled[0]:7.2f} s vs eager {eager[0]:.2f} s: {eager[0] / compiled[0]:.2f}x "
+              f"(the node runs {'compiled' if node.compiled else 'eager'}, {'bf16' if node.bf16_base else 'fp32'})")
     if stats.kl is not None:
         # The step before this version: fp32, no anchor (the same samples, its reference forward taken out).
         fp32 = runs["bf16_base"] if node.bf16_base else runs["node"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..node.backend_slot import model_scale
 from ..config import Config
-from ..sizing import ResourceError, cpu_bf16_choice, plan
+from ..sizing import ResourceError, cpu_bf16_choice, cpu_compile_choice, plan
 from ..hardware import choose_backend, detect
 from ..models import SHIPPED, ModelError, resolve_model
 from ..paths import Paths
@@ -55,6 +55,8 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     print(f"  memory      {hw.memory_total / 2**30:.1f} GiB ({hw.memory_available / 2**30:.1f} GiB free)")
     print(f"  bf16 on cpu {'yes (AVX-512 BF16 or AMX)' if hw.has_bf16_cpu else 'no'}: the trainer would run "
           f"{cpu_bf16_choice(config.train.cpu_bf16, hw)[1]} (`swarmling bench` compares both)")
+    print(f"  c++         {hw.cxx_compiler or 'none'}: the CPU trainer would run "
+          f"{cpu_compile_choice(config.train.cpu_compile, hw)[1]}")
     print(f"  cuda        {', '.join(hw.cuda_devices) or 'none'}")
     print(f"  apple mlx   {'yes' if hw.mlx_importable else 'no'}")
     status = 0

@@ -40,6 +40,8 @@ def backend_spec(config: Config, paths: Paths, build: BuildSettings, model: Reso
         cpu_bf16=build.cpu_bf16,
         cpu_bf16_forced=build.cpu_bf16_forced,
         cpu_bf16_reason=build.cpu_bf16_reason,
+        cpu_compile=build.cpu_compile,
+        cpu_compile_reason=build.cpu_compile_reason,
     )
 
 
