@@ -13,7 +13,6 @@ diagnostics reported in every round's metrics.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -38,6 +37,7 @@ from .base import (
 from .chat_template import render
 from .gguf_lora import ModelShape, write_gguf_lora
 from .heap import return_freed_memory
+from . import torch_compile
 from .hf_from_gguf import converted_folder
 from .llama_cpp_generator import LlamaCppGenerator
 from .settings import GrpoSettings, LoraSettings, OptimSettings
@@ -68,15 +68,6 @@ class CpuSettings:
     compile_reason: str = ""  # why they are compiled or not
 
 
-def use_compiler(compiler: str, cache_dir: Path) -> None:
-    """torch.compile's CPU code generator builds with `compiler` and keeps what it built under the
-    node's cache (not /tmp, which a reboot empties): later starts skip most of the compiling."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir) / "torch-compile"))
-    from torch._inductor import config as inductor
-
-    inductor.cpp.cxx = (compiler,)
-
-
 class CpuBackend(TorchTrainedBackend):
     def __init__(self, settings: CpuSettings) -> None:
         self.settings = settings
@@ -88,9 +79,11 @@ class CpuBackend(TorchTrainedBackend):
             folder, settings.lora, settings.optim, settings.grpo, settings.temperature, device="cpu", seed=settings.seed
         )
         self.precision = self._choose_precision(settings)
+        settings.runtime_dir.mkdir(parents=True, exist_ok=True)
+        self.compile_refused = None  # why this start does not compile, though asked to
         if settings.compiler:
-            use_compiler(settings.compiler, settings.cache_dir)
-            self.trainer.compiled = True
+            self.compile_refused = torch_compile.prepare(settings.compiler, settings.cache_dir, settings.runtime_dir)
+            self.trainer.compiled = self.compile_refused is None
         cfg = self.trainer.config
         self.shape = ModelShape(
             arch=self.generator.architecture,
@@ -98,7 +91,6 @@ class CpuBackend(TorchTrainedBackend):
             n_head=cfg.num_attention_heads,
             n_head_kv=getattr(cfg, "num_key_value_heads", cfg.num_attention_heads),
         )
-        settings.runtime_dir.mkdir(parents=True, exist_ok=True)
 
     def _choose_precision(self, settings: CpuSettings) -> str:
         """A bf16 base where asked for and it agrees with fp32 (backends/bf16_check.py); what runs, and why."""
@@ -115,7 +107,8 @@ class CpuBackend(TorchTrainedBackend):
         return f"fp32: {check.describe()}, beyond the tolerance"
 
     def switches(self) -> TrainerSwitches:
-        compiled = self.trainer.compiled if self.settings.compiler and not self.trainer.compile_failure else None
+        compiled = self.trainer.compiled if self.settings.compiler and not self.trainer.compile_failure \
+            and not self.compile_refused else None
         return replace(super().switches(), bf16_base=self.trainer.bf16_base, compiled=compiled)
 
     def set_switches(self, switches: TrainerSwitches) -> None:
@@ -141,6 +134,8 @@ class CpuBackend(TorchTrainedBackend):
     def _compilation(self) -> str:
         if self.trainer.compile_failure:
             return f"eager: torch.compile failed ({self.trainer.compile_failure})"
+        if self.compile_refused:
+            return f"eager: {self.compile_refused}"
         return self.settings.compile_reason or ("compiled" if self.trainer.compiled else "eager")
 
     def render(self, prompt: ChatPrompt) -> str:
@@ -172,9 +167,17 @@ class CpuBackend(TorchTrainedBackend):
         self.generator.release_context()
         return_freed_memory()
         try:
-            return super().train_step(samples, should_stop, on_progress)
+            return self._guarded(lambda: super(CpuBackend, self).train_step(samples, should_stop, on_progress))
         finally:
             return_freed_memory()
+
+    def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        return self._guarded(lambda: super(CpuBackend, self).token_surprise(samples))
+
+    def _guarded(self, run):
+        """A first compiled pass leaves a marker for the next start should it crash (torch_compile.py)."""
+        unproven = self.trainer.compiled and not self.trainer.compile_proven
+        return torch_compile.first_pass_guarded(self.settings.runtime_dir, unproven, run)
 
     def hand_off(self) -> float:
         start = time.perf_counter()

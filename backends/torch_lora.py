@@ -184,6 +184,11 @@ class TorchLoraTrainer:
                 layer._compiled_call_impl = None  # what Module.compile set: plain calls again
         self._compiled = bool(on)
 
+    @property
+    def compile_proven(self) -> bool:
+        """A compiled pass has completed (no fallback is tried after that)."""
+        return self._compile_proven
+
     def _with_compile_fallback(self, run, *args):
         """`run(*args)`, and again eagerly (for good) if it fails before a compiled pass has ever
         succeeded: a compile fault costs the user speed, never a round."""
