@@ -82,7 +82,8 @@ class CpuBackend(TorchTrainedBackend):
         settings.runtime_dir.mkdir(parents=True, exist_ok=True)
         self.compile_refused = None  # why this start does not compile, though asked to
         if settings.compiler:
-            self.compile_refused = torch_compile.prepare(settings.compiler, settings.cache_dir, settings.runtime_dir)
+            self.compile_refused = torch_compile.prepare(settings.compiler, settings.cache_dir, settings.runtime_dir,
+                                                         settings.threads)
             self.trainer.compiled = self.compile_refused is None
         cfg = self.trainer.config
         self.shape = ModelShape(
@@ -177,7 +178,8 @@ class CpuBackend(TorchTrainedBackend):
     def _guarded(self, run):
         """A first compiled pass leaves a marker for the next start should it crash (torch_compile.py)."""
         unproven = self.trainer.compiled and not self.trainer.compile_proven
-        return torch_compile.first_pass_guarded(self.settings.runtime_dir, unproven, run)
+        return torch_compile.first_pass_guarded(self.settings.runtime_dir, self.settings.cache_dir,
+                                                self.settings.compiler or "", unproven, run)
 
     def hand_off(self) -> float:
         start = time.perf_counter()

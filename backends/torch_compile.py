@@ -4,10 +4,14 @@ a start that dies in it.
 Inductor's on-disk cache is not keyed by the instruction set its kernels were built for. Measured
 here: after one run with torch held to AVX2 on an AVX-512 CPU, every compiled start crashed
 (a segfault, or glibc's "corrupted size"), and a crash is not an exception the trainer's fallback
-can catch. A node would then crash again at every restart. So the cache lives under the node's
-cache folder, one folder per torch version and CPU feature set (a home folder moved to another
-machine starts afresh), and a node that died in its first compiled pass finds its marker at the
-next start: that folder is emptied and the node trains eagerly this once.
+can catch: a node would crash again at every restart. So the cache lives under the node's cache
+folder, one folder per torch version, instruction set torch dispatches to, CPU feature set and
+compiler (a home folder moved to another machine starts afresh), and while a first compiled pass
+runs a marker stands in the node's runtime folder. A process that dies in that pass leaves it
+(a forced quit takes it down first: `abandon_first_pass`); the next start then empties the
+folder and trains eagerly once; after a second such death (on a fresh cache) it stays eager on
+this machine until the note beside the folder is deleted. A first compiled pass that ends well
+deletes the note.
 """
 
 from __future__ import annotations
@@ -28,44 +32,97 @@ log = logging.getLogger(__name__)
 
 CACHE_FOLDER = "torch-compile"
 FIRST_PASS_MARKER = "compiling.marker"  # in the node's runtime folder while its first compiled pass runs
+CRASHED_NOTE = ".crashed"  # beside a cache folder that was emptied after a crash
 T = TypeVar("T")
+_standing: set[Path] = set()  # markers this process has up
 
 
-def cache_folder(cache_dir: Path) -> Path:
-    """This machine's inductor cache: keyed by torch's version and the CPU's flags."""
-    flags = hashlib.sha256(" ".join(sorted(cpu_info()[1])).encode()).hexdigest()[:12]
-    return Path(cache_dir) / CACHE_FOLDER / f"torch-{torch.__version__}-cpu-{flags}"
+def cache_folder(cache_dir: Path, compiler: str = "") -> Path:
+    """This machine's inductor cache: keyed by torch's version, the instruction set it dispatches
+    to (ATEN_CPU_CAPABILITY can lower it), the CPU's flags and the compiler."""
+    key = " ".join([torch.backends.cpu.get_cpu_capability(), compiler, *sorted(cpu_info()[1])])
+    return Path(cache_dir) / CACHE_FOLDER / f"torch-{torch.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def prepare(compiler: str, cache_dir: Path, runtime_dir: Path) -> str | None:
-    """Point inductor at `compiler` and this machine's cache folder. Returns why not to compile
-    this start (the last one died in its first compiled pass), or None."""
-    folder = cache_folder(cache_dir)
+def prepare(compiler: str, cache_dir: Path, runtime_dir: Path, threads: int) -> str | None:
+    """Point inductor at `compiler`, this machine's cache folder and the node's thread count.
+    Returns why this start does not compile (a death in the first compiled pass; a torch without
+    what this needs), or None."""
+    try:
+        from torch._inductor import config as inductor
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        torch._dynamo.config.recompile_limit  # noqa: B018 - named in TorchLoraTrainer.compiled
+    except (ImportError, AttributeError) as error:
+        return f"torch {torch.__version__} lacks what compiling needs here ({error})"
+    folder = cache_folder(cache_dir, compiler)
+    crashed = folder.with_name(folder.name + CRASHED_NOTE)
+    deaths = _deaths(crashed)
     marker = Path(runtime_dir) / FIRST_PASS_MARKER
     if marker.exists():
-        shutil.rmtree(folder, ignore_errors=True)
         marker.unlink(missing_ok=True)
-        log.warning("the last start died in its first compiled pass: its compile cache is cleared, and this "
+        deaths += 1
+        shutil.rmtree(folder, ignore_errors=True)
+        crashed.parent.mkdir(parents=True, exist_ok=True)
+        crashed.write_text(f"{deaths} start(s) died in their first compiled pass; the cache was emptied\n")
+        log.warning("the last start died in its first compiled pass: its compile cache is emptied, and this "
                     "start trains without torch.compile")
-        return "the last start died in its first compiled pass (cache cleared; the next start compiles again)"
-    from torch._inductor import config as inductor
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
+        if deaths == 1:
+            return "the last start died in its first compiled pass (cache emptied; the next start compiles again)"
+    if deaths >= 2:
+        return f"starts died in their first compiled pass twice on this machine (delete {crashed} to try again)"
     # torch fills the variable with its /tmp default once anything asks; only a user's own choice wins.
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, os.path.abspath(default_cache_dir())):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     inductor.cpp.cxx = (compiler,)
+    inductor.compile_threads = max(1, threads)  # its workers and compiler jobs, within the node's share
     return None
 
 
-def first_pass_guarded(runtime_dir: Path, unproven: bool, run: Callable[[], T]) -> T:
+def _deaths(note: Path) -> int:
+    try:
+        return int(note.read_text().split()[0])
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError, IndexError):  # unreadable: it was written after one death at least
+        return 1
+
+
+def first_pass_guarded(runtime_dir: Path, cache_dir: Path, compiler: str, unproven: bool, run: Callable[[], T]) -> T:
     """`run()`, with the marker standing while it runs if it is the first compiled pass: only a
-    crash (no Python exception, no interrupt) leaves it behind for the next start to find."""
+    death of the process leaves it behind (an exception takes it down); a pass that ends well
+    also clears a crash note."""
     if not unproven:
         return run()
     marker = Path(runtime_dir) / FIRST_PASS_MARKER
-    marker.write_text("a compiled pass began and did not end\n")
+    marker.write_text(f"a compiled pass began in process {os.getpid()} and did not end\n")
+    _standing.add(marker)
     try:
-        return run()
+        result = run()
     finally:
         marker.unlink(missing_ok=True)
+        _standing.discard(marker)
+    folder = cache_folder(cache_dir, compiler)
+    folder.with_name(folder.name + CRASHED_NOTE).unlink(missing_ok=True)
+    return result
+
+
+def abandon_first_pass() -> None:
+    """A forced quit is no crash: take this process's markers down before it exits."""
+    for marker in list(_standing):
+        marker.unlink(missing_ok=True)
+        _standing.discard(marker)
+
+
+def from_compiling(error: BaseException) -> bool:
+    """Whether an exception came out of torch.compile's machinery (dynamo, AOT autograd,
+    inductor), as opposed to the computation (a bad batch, memory)."""
+    while error is not None:
+        tb = error.__traceback__
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+            if any(part in name for part in ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/")):
+                return True
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+    return False

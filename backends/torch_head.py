@@ -21,6 +21,10 @@ import torch
 KEEP_LOGITS_BYTES = 64 * 2**20
 
 
+def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def logits_at(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, softcap: float | None) -> torch.Tensor:
     """Logits at the sampling temperature, at least fp32: (hidden / T) W^T, or
     softcap * tanh(z / softcap) / T."""
@@ -29,7 +33,8 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, so
         z = torch.nn.functional.linear(hidden.to(weight.dtype), weight).to(wide)
         return torch.tanh(z / softcap).mul_(softcap / temperature)
     # The temperature divides the (narrow) hidden states, not the (wide) logits: one pass saved.
-    return torch.nn.functional.linear((hidden / temperature).to(weight.dtype), weight).to(wide)
+    # In fp32, as the logits were divided before: bf16 hidden states would round once more.
+    return torch.nn.functional.linear((_at_least_fp32(hidden) / temperature).to(weight.dtype), weight).to(wide)
 
 
 class TokenLogprob(torch.autograd.Function):
@@ -46,6 +51,7 @@ class TokenLogprob(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the kept logits are overwritten in place
     def backward(ctx, grad):
         hidden, weight, targets, lse, logits = ctx.saved_tensors
         temperature, softcap = ctx.temperature, ctx.softcap
@@ -68,7 +74,8 @@ class TokenLogprob(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_hidden = (grad_z.to(weight.dtype) @ weight).to(hidden.dtype) * scale
         if ctx.needs_input_grad[1]:
-            grad_weight = (grad_z.t() @ (hidden * scale).to(grad_z.dtype)).to(weight.dtype)
+            # In the weight's own dtype, as autograd would (full fine-tuning's tied embeddings).
+            grad_weight = grad_z.t().to(weight.dtype) @ (_at_least_fp32(hidden) * scale).to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None
 
 

@@ -32,6 +32,7 @@ from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainerSwitch
 from .microbatches import SamplerGap, sampler_logprobs
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import RowBatch, attention_allowed, microbatches
+from .torch_compile import from_compiling as torch_compile_fault
 from .torch_head import logits_at, token_logprobs
 from .torch_grpo import (
     grpo_token_objective,
@@ -161,11 +162,14 @@ class TorchLoraTrainer:
     def compiled(self) -> bool:
         """Each decoder layer run through torch.compile (the CPU's train.cpu_compile): inductor
         fuses the elementwise ops and casts between the matmuls into generated C++, which is
-        most of a bf16 step once AMX makes the matmuls cheap (a default step 1.3x faster in
-        bf16, 1.15x in fp32, on 2 cores). The graphs are built in the first passes (about a
-        minute on 2 cores, ~20 s once the on-disk cache holds them), one for all 30 layers; shapes
-        are dynamic, so a new batch shape needs none. A first pass that fails compiled (no C++
-        compiler after all, an inductor fault) runs again eagerly, and compilation stays off."""
+        most of a bf16 step once AMX makes the matmuls cheap (a default step 1.3-1.4x faster in
+        bf16, ~1.2x in fp32, on 2 cores). The graphs are built in the first passes (about a
+        minute on 2 cores, ~20 s once the on-disk cache holds them), shared by all 30 layers;
+        shapes are dynamic, so a longer batch needs no new graph, but a first one-row batch or
+        a first pass of another kind (without gradients, with the adapter off) builds its own.
+        A compiled pass that fails in compiling before the first training step has succeeded
+        compiled (no C++ compiler after all, an inductor fault) runs again eagerly, and
+        compilation stays off."""
         return self._compiled
 
     @compiled.setter
@@ -186,25 +190,26 @@ class TorchLoraTrainer:
 
     @property
     def compile_proven(self) -> bool:
-        """A compiled pass has completed (no fallback is tried after that)."""
+        """A compiled training step has completed (no fallback is tried after that)."""
         return self._compile_proven
 
-    def _with_compile_fallback(self, run, *args):
-        """`run(*args)`, and again eagerly (for good) if it fails before a compiled pass has ever
-        succeeded: a compile fault costs the user speed, never a round."""
+    def _with_compile_fallback(self, run, *args, proves: bool = False):
+        """`run(*args)`, and again eagerly (for good) if compiling fails in it before a compiled
+        training step (`proves`) has succeeded: a compile fault costs the user speed, never a
+        round. Errors of the computation itself are not compile faults: they propagate."""
         if not self._compiled or self._compile_proven:
             return run(*args)
         try:
             result = run(*args)
-        except Abandoned:
-            raise
-        except Exception as error:  # inductor raises many kinds (missing compiler, codegen, lowering)
+        except Exception as error:
+            if not torch_compile_fault(error):
+                raise
             self.optimizer.zero_grad(set_to_none=True)
             self.compiled = False
             self.compile_failure = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
             log.warning("torch.compile failed, training without it: %s", self.compile_failure)
             return run(*args)
-        self._compile_proven = True
+        self._compile_proven = self._compile_proven or proves
         return result
 
     @property
@@ -348,13 +353,14 @@ class TorchLoraTrainer:
 
     def _reference_logprobs(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
         """log pi_base of each sample's completion tokens: the adapter switched off (or the frozen
-        copy), without gradients, in the big microbatches of such passes."""
+        copy, its output head included), without gradients, in the big microbatches of such passes."""
         if self._reference is not None:
-            backbone, self._backbone = self._backbone, self._reference.model
+            backbone, head = self._backbone, self._lm_head
+            self._backbone, self._lm_head = self._reference.model, self._reference.get_output_embeddings()
             try:
                 return self._per_token(samples)
             finally:
-                self._backbone = backbone
+                self._backbone, self._lm_head = backbone, head
         with self.model.disable_adapter():
             return self._per_token(samples)
 
@@ -395,14 +401,14 @@ class TorchLoraTrainer:
     def train_step(
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
     ) -> TrainStats:
-        return self._with_compile_fallback(self._train_step, samples, should_stop, on_progress)
+        if sum(len(s.completion_ids) for s in samples) == 0:
+            raise ValueError("train_step needs at least one completion token")
+        return self._with_compile_fallback(self._train_step, samples, should_stop, on_progress, proves=True)
 
     def _train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None,
                     on_progress: ProgressCallback | None) -> TrainStats:
         start = time.perf_counter()
         total_tokens = sum(len(s.completion_ids) for s in samples)
-        if total_tokens == 0:
-            raise ValueError("train_step needs at least one completion token")
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = clipped = ratio_sum = ratio_dev = kl_sum = reference_s = 0.0
         negatives: list[float] = []

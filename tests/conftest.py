@@ -27,6 +27,18 @@ os.environ["SWARMLING_EVAL__EVERY_ROUNDS"] = "0"
 # And with the trainer's layers uncompiled: compiling takes ~1 min per new process on 2 cores, and
 # what it computes is tested once against the eager layers (test_shared_prefix.py).
 os.environ["SWARMLING_TRAIN__CPU_COMPILE"] = "off"
+# The compile test's kernels: in the test cache, not torch's shared /tmp folder (another run's
+# kernels there, built for another instruction set, crash a process that loads them).
+def _instruction_sets() -> str:
+    import hashlib
+
+    from swarmling.backends.cpu_features import cpu_info
+
+    key = " ".join([os.environ.get("ATEN_CPU_CAPABILITY", ""), *sorted(cpu_info()[1])])
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(TEST_CACHE / "torch-compile-tests" / _instruction_sets()))
 
 
 MODEL_FIXTURES = {"generator", "backend", "backend_factory", "torch_backend", "mlx_backend"}

@@ -171,6 +171,9 @@ def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_pat
     assert stats.sampler_logprob_gap < 1e-3
     after = full.trainer.token_logprobs(samples)
     assert any(abs(x - y) > 1e-4 for r0, r1 in zip(before, after) for x, y in zip(r0, r1))
+    # the KL anchor's reference is the base as it was, output head (tied to the trained embeddings) included
+    reference = [r.tolist() for r in full.trainer._reference_logprobs(samples)]
+    assert max(abs(x - y) for r0, r1 in zip(before, reference) for x, y in zip(r0, r1)) < 1e-5
     full.save_state(tmp_path)
     full.train_step(samples)
     full.load_state(tmp_path)

@@ -207,24 +207,49 @@ def test_compiled_layers_compute_what_eager_ones_do(trainer):
     assert counters["stats"]["unique_graphs"] > graphs  # the compiled path really ran
 
 
-def test_a_pass_that_fails_compiled_runs_again_eagerly_and_compiling_stays_off(trainer):
-    """A compile fault (no C++ compiler, an inductor error) at the first compiled pass costs the
-    user speed, never a round: the pass runs again eagerly, and the failure is kept to be shown."""
+def raised_in_inductor(message: str) -> None:
+    """Raise as inductor's C++ builder would: from a frame in torch/_inductor."""
+    exec(compile(f"raise RuntimeError({message!r})", "/site-packages/torch/_inductor/cpp_builder.py", "exec"))
+
+
+def test_a_pass_that_fails_compiling_runs_again_eagerly_and_compiling_stays_off(trainer):
+    """A compile fault (no C++ compiler, an inductor error) before the first compiled training
+    step costs the user speed, never a round: the pass runs again eagerly, and the failure is
+    kept to be shown. An error of the computation itself is no compile fault: it propagates."""
     seen = []
 
     def first_pass(value):
         seen.append(trainer.compiled)
         if trainer.compiled:
-            raise RuntimeError("InductorError: C++ compile error\n(details)")
+            raised_in_inductor("InductorError: C++ compile error\n(details)")
         return value
+
+    def bad_batch():
+        raise ValueError("a bad batch")
 
     trainer.compiled = True  # compiles nothing until a layer runs
     try:
+        with pytest.raises(ValueError):
+            trainer._with_compile_fallback(bad_batch)
+        assert trainer.compiled and not trainer.compile_failure
         assert trainer._with_compile_fallback(first_pass, 7) == 7
         assert seen == [True, False] and not trainer.compiled
         assert trainer.compile_failure == "RuntimeError: InductorError: C++ compile error"
     finally:
         trainer.compiled, trainer.compile_failure = False, ""
+
+
+def test_only_a_compiled_training_step_ends_the_fallback(trainer):
+    """A pass without gradients compiles other graphs than a training step: its success leaves
+    the fallback in place for the first step."""
+    trainer.compiled = True
+    try:
+        trainer._with_compile_fallback(lambda: None)
+        assert not trainer.compile_proven
+        trainer._with_compile_fallback(lambda: None, proves=True)
+        assert trainer.compile_proven
+    finally:
+        trainer.compiled, trainer._compile_proven = False, False
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The compile cache and the crash guard (backends/torch_compile.py): a start that died in its
-first compiled pass is followed by one that clears the cache and trains eagerly."""
+first compiled pass is followed by one that empties the cache and trains eagerly; a second such
+death keeps this machine eager; a forced quit is no crash."""
 
 from __future__ import annotations
 
@@ -12,68 +13,133 @@ import textwrap
 import pytest
 
 from swarmling.backends import torch_compile
-from swarmling.backends.torch_compile import FIRST_PASS_MARKER, cache_folder, first_pass_guarded, prepare
+from swarmling.backends.torch_compile import (
+    FIRST_PASS_MARKER,
+    abandon_first_pass,
+    cache_folder,
+    first_pass_guarded,
+    from_compiling,
+    prepare,
+)
+
+GXX = "/usr/bin/g++"
 
 
 @pytest.fixture
 def inductor_env(monkeypatch):
-    """prepare() sets inductor's cache variable and compiler: put both back afterwards."""
+    """prepare() sets inductor's cache variable, compiler and worker count: put them back afterwards."""
     from torch._inductor import config as inductor
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setattr(inductor.cpp, "cxx", inductor.cpp.cxx)
+    monkeypatch.setattr(inductor, "compile_threads", inductor.compile_threads)
 
 
-def test_the_cache_is_one_folder_per_cpu_feature_set(monkeypatch, tmp_path):
+def test_the_cache_is_one_folder_per_instruction_set_and_compiler(monkeypatch, tmp_path):
+    import torch
+
     monkeypatch.setattr(torch_compile, "cpu_info", lambda: ("x", frozenset({"avx2", "avx512f"})))
-    wide = cache_folder(tmp_path)
+    wide = cache_folder(tmp_path, GXX)
+    assert cache_folder(tmp_path, "/usr/bin/clang++") != wide
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # ATEN_CPU_CAPABILITY=avx2
+    assert cache_folder(tmp_path, GXX) != wide
     monkeypatch.setattr(torch_compile, "cpu_info", lambda: ("x", frozenset({"avx2"})))
-    assert cache_folder(tmp_path) != wide and cache_folder(tmp_path).parent == wide.parent
+    assert cache_folder(tmp_path, GXX).parent == wide.parent
 
 
 def test_a_start_points_inductor_at_this_machines_folder_unless_the_user_chose_one(inductor_env, monkeypatch, tmp_path):
     from torch._inductor import config as inductor
 
-    assert prepare("/usr/bin/g++", tmp_path, tmp_path / "run") is None
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache_folder(tmp_path)) and inductor.cpp.cxx == ("/usr/bin/g++",)
+    assert prepare(GXX, tmp_path, tmp_path / "run", threads=2) is None
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache_folder(tmp_path, GXX))
+    assert inductor.cpp.cxx == (GXX,) and inductor.compile_threads == 2  # within the node's share
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/chosen")
-    prepare("/usr/bin/g++", tmp_path, tmp_path / "run")
+    prepare(GXX, tmp_path, tmp_path / "run", threads=2)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/chosen"
 
 
 def test_the_marker_stands_only_while_a_first_compiled_pass_runs(tmp_path):
     marker = tmp_path / FIRST_PASS_MARKER
-    assert first_pass_guarded(tmp_path, True, lambda: marker.exists()) is True
+    assert first_pass_guarded(tmp_path, tmp_path, GXX, True, lambda: marker.exists()) is True
     assert not marker.exists()
     with pytest.raises(ValueError):  # an exception is no crash: the trainer's fallback handles those
-        first_pass_guarded(tmp_path, True, lambda: (_ for _ in ()).throw(ValueError("x")))
+        first_pass_guarded(tmp_path, tmp_path, GXX, True, lambda: (_ for _ in ()).throw(ValueError("x")))
     assert not marker.exists()
-    assert first_pass_guarded(tmp_path, False, lambda: marker.exists()) is False  # proven: no marker
+    assert first_pass_guarded(tmp_path, tmp_path, GXX, False, lambda: marker.exists()) is False  # proven
 
 
-def test_a_crash_in_the_first_compiled_pass_makes_the_next_start_clear_the_cache_and_run_eagerly(inductor_env, tmp_path):
+def crash_in_first_pass(cache, runtime, how="os.kill(os.getpid(), signal.SIGSEGV)"):
+    code = textwrap.dedent(f"""
+        import os, signal
+        from swarmling.backends.torch_compile import abandon_first_pass, first_pass_guarded
+        first_pass_guarded({str(runtime)!r}, {str(cache)!r}, {GXX!r}, True, lambda: {how})
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode
+
+
+def test_a_crash_in_the_first_compiled_pass_makes_the_next_start_empty_the_cache_and_run_eagerly(inductor_env, tmp_path):
     cache, runtime = tmp_path / "cache", tmp_path / "run"
     runtime.mkdir()
-    cache_folder(cache).mkdir(parents=True)
-    (cache_folder(cache) / "kernel.so").write_text("built for another instruction set")
-    crash = textwrap.dedent(f"""
-        import os, signal
-        from swarmling.backends.torch_compile import first_pass_guarded
-        first_pass_guarded({str(runtime)!r}, True, lambda: os.kill(os.getpid(), signal.SIGSEGV))
-    """)
-    died = subprocess.run([sys.executable, "-c", crash], capture_output=True)
-    assert died.returncode == -signal.SIGSEGV
+    cache_folder(cache, GXX).mkdir(parents=True)
+    (cache_folder(cache, GXX) / "kernel.so").write_text("built for another instruction set")
+    assert crash_in_first_pass(cache, runtime) == -signal.SIGSEGV
     assert (runtime / FIRST_PASS_MARKER).exists()
-    why = prepare("/usr/bin/g++", cache, runtime)
+    why = prepare(GXX, cache, runtime, threads=2)
     assert why is not None and "died in its first compiled pass" in why
-    assert not cache_folder(cache).exists() and not (runtime / FIRST_PASS_MARKER).exists()
-    assert prepare("/usr/bin/g++", cache, runtime) is None  # the start after compiles again
+    assert not cache_folder(cache, GXX).exists() and not (runtime / FIRST_PASS_MARKER).exists()
+    assert prepare(GXX, cache, runtime, threads=2) is None  # the start after compiles again, afresh
+    # ... and dies again: from then on this machine trains eagerly, until the note is deleted
+    assert crash_in_first_pass(cache, runtime) == -signal.SIGSEGV
+    for _ in range(2):
+        why = prepare(GXX, cache, runtime, threads=2)
+        assert why is not None and "twice" in why and "delete" in why
+
+
+def test_a_first_pass_that_ends_well_forgets_an_earlier_crash(inductor_env, tmp_path):
+    cache, runtime = tmp_path / "cache", tmp_path / "run"
+    runtime.mkdir()
+    assert crash_in_first_pass(cache, runtime) == -signal.SIGSEGV
+    assert prepare(GXX, cache, runtime, threads=2) is not None
+    first_pass_guarded(runtime, cache, GXX, True, lambda: None)
+    assert crash_in_first_pass(cache, runtime) == -signal.SIGSEGV
+    assert "compiles again" in prepare(GXX, cache, runtime, threads=2)  # a first death again, not a second
+
+
+def test_a_forced_quit_in_the_first_pass_is_not_taken_for_a_crash(tmp_path):
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    assert crash_in_first_pass(tmp_path, runtime, how="(abandon_first_pass(), os._exit(130))") == 130
+    assert not (runtime / FIRST_PASS_MARKER).exists()
+
+
+def test_compile_faults_are_told_from_errors_of_the_computation():
+    def inductor_fault():
+        exec(compile("raise RuntimeError('C++ compile error')", "/x/torch/_inductor/cpp_builder.py", "exec"))
+
+    try:
+        try:
+            inductor_fault()
+        except RuntimeError as inner:
+            raise ValueError("wrapped by the trainer") from inner
+    except ValueError as error:
+        assert from_compiling(error)
+    try:
+        raise MemoryError("the batch")
+    except MemoryError as error:
+        assert not from_compiling(error)
 
 
 def test_the_backend_line_says_why_a_start_runs_eagerly(backend_factory, tmp_path):
+    from conftest import TEST_CACHE
+
+    note = cache_folder(TEST_CACHE, GXX).with_name(cache_folder(TEST_CACHE, GXX).name + torch_compile.CRASHED_NOTE)
+    note.unlink(missing_ok=True)  # the shared test cache: no earlier run's note
     runtime = tmp_path / "run"
     runtime.mkdir()
     (runtime / FIRST_PASS_MARKER).write_text("")
-    backend = backend_factory(runtime, compiler="/usr/bin/g++", compile_reason="compiled: /usr/bin/g++")
-    assert not backend.trainer.compiled and backend.switches().compiled is None
-    assert "eager: the last start died in its first compiled pass" in backend.info().trainer
+    try:
+        backend = backend_factory(runtime, compiler=GXX, compile_reason=f"compiled: {GXX}")
+        assert not backend.trainer.compiled and backend.switches().compiled is None
+        assert "eager: the last start died in its first compiled pass" in backend.info().trainer
+    finally:
+        note.unlink(missing_ok=True)

@@ -36,6 +36,24 @@ def test_values_and_gradients_match_autograd(softcap, chunk, keep, monkeypatch):
     assert results[1][1].abs().sum() > 0 and results[1][2].abs().sum() > 0  # gradients really flowed
 
 
+def test_bf16_hidden_states_meet_an_fp32_head_in_fp32():
+    """The CPU's bf16 base hands bf16 hidden states to its fp32 head: the logprobs and the
+    gradient are those of the fp32 formula on the same (bf16-valued) inputs, at T != 1."""
+    torch.manual_seed(1)
+    hidden = torch.randn(12, 16).bfloat16()
+    weight = torch.randn(40, 16)
+    targets = torch.randint(0, 40, (12,))
+    ours_h, theirs_h = hidden.clone().requires_grad_(), hidden.float().requires_grad_()
+    ours = token_logprobs(ours_h, weight, targets, 0.7, None, 5)
+    theirs = plain(theirs_h, weight, targets, 0.7, None)
+    assert ours.dtype == torch.float32
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    ours.sum().backward()
+    theirs.sum().backward()
+    assert ours_h.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(ours_h.grad.float(), theirs_h.grad, rtol=1e-2, atol=1e-2)  # bf16's rounding
+
+
 def test_a_frozen_weight_gets_no_gradient():
     hidden = torch.randn(5, 8, requires_grad=True)
     weight = torch.randn(30, 8)

@@ -2,7 +2,7 @@
 throughput for the same model, prompts and completion lengths, with the ratio.
 
 Training is then timed again on the training set of the timed round with the most completion
-tokens (a round's replies can be short: a short batch times the fixed costs, not a round's
+tokens among those with a learning signal (a round's replies can be short: a short batch times the fixed costs, not a round's
 work; with the bench's fixed seed, round 1's are the base model's, the same for every revision),
 once with shared prefixes (each
 group's prompt computed once, `backends/shared_prefix.py`) and once without, from the same
@@ -25,6 +25,7 @@ so the user's checkpoints are never touched.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import sys
 import tempfile
@@ -89,8 +90,13 @@ def _bench(node: Node, rounds: int) -> int:
             cells = "  ".join(f"{p} {s.get(p, 0.0):6.2f}s" for p in PHASES)
             print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m.tokens_per_s:6.1f} tok/s ({m.generated_tokens} tokens)")
             trained = training_samples(outcome.trained or outcome.groups)
-            if largest is None or completion_tokens(trained) > completion_tokens(largest[1]):
+            if any(s.advantage != 0 for s in trained) and (
+                    largest is None or completion_tokens(trained) > completion_tokens(largest[1])):
+                if largest is not None:
+                    shutil.rmtree(largest[2], ignore_errors=True)
                 largest = (i, trained, before)
+            else:
+                shutil.rmtree(before, ignore_errors=True)
         steady = rows[1:] or rows  # the first round pays one-time costs (allocations, caches)
         print(f"\nmedian over rounds {2 if len(rows) > 1 else 1}..{len(rows)}:")
         for p in PHASES:
@@ -103,6 +109,8 @@ def _bench(node: Node, rounds: int) -> int:
             _compare_training(node.backend, largest[1], f"round {largest[0]}'s", largest[2],
                               checkpointing_required=node.sizing.build.activation_checkpointing
                               and node.config.train.activation_checkpointing is None)
+        else:
+            print("\n(no timed round had a learning signal: no training to compare)")
 
     reference = node.backend.reference_decoder()
     if reference is None or outcome is None:
@@ -168,7 +176,8 @@ def training_passes(backend: Backend, checkpointing_required: bool = False) -> d
 def _compare_training(backend: Backend, samples: list[TrainSample], which: str, start: Path,
                       checkpointing_required: bool = False) -> None:
     """Each pass a step on `samples` from the state in `start` (the policy that sampled them, so
-    that the sampler/trainer gap is the node's own), and back to it after."""
+    that the sampler/trainer gap is the node's own). The backend is left in that state, with the
+    node's switches (a bench's node is thrown away after)."""
     if not any(s.advantage != 0 for s in samples):
         print(f"\n({which} training set had no learning signal: no training to compare)")
         return
@@ -201,7 +210,7 @@ def _compare_training(backend: Backend, samples: list[TrainSample], which: str, 
     seconds, stats, _ = runs["node"]
     if stats.kl is not None:
         print(f"  KL anchor's reference forward {stats.reference_seconds:7.2f} s of the step's {seconds:.2f} s "
-              f"({stats.reference_seconds / seconds:.0%}: one forward without gradient over the same shared-prefix rows)")
+              f"({stats.reference_seconds / seconds:.0%}: one forward without gradient over the same samples, in 2,048-token passes)")
     node = passes["node"]
     if "bf16_base" in runs:
         fp32, bf16 = (runs["node"], runs["bf16_base"])[:: -1 if node.bf16_base else 1]

@@ -27,8 +27,7 @@ def run_tui(config: Config, paths, rounds: int | None, config_file: Path, cli) -
     app = create_app(config, paths, rounds=rounds, config_file=config_file, cli=cli)
     code = app.run()
     if app.forced:
-        print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
-        os._exit(130)  # the node's thread may be inside a native call: do not wait for it
+        force_exit()
     if app.control.alive:  # SIGTERM / SIGHUP closed the UI first; a second signal forces
         print("swarmling: stopping the node; the last checkpoint is kept", file=sys.stderr, flush=True)
     app.control.join()
@@ -36,6 +35,15 @@ def run_tui(config: Config, paths, rounds: int | None, config_file: Path, cli) -
         print(f"swarmling: {app.view.state_detail}", file=sys.stderr)
         return 1
     return code or 0
+
+
+def force_exit() -> None:
+    """The second stop request: out now, without waiting for the node's thread, which may be
+    inside a native call. Checkpoints are written atomically, so the last one is intact."""
+    print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
+    if "swarmling.backends.torch_compile" in sys.modules:  # a quit, not a crash in compiled code
+        sys.modules["swarmling.backends.torch_compile"].abandon_first_pass()
+    os._exit(130)
 
 
 def run_headless(config: Config, paths, rounds: int | None) -> int:
@@ -52,8 +60,7 @@ def run_headless(config: Config, paths, rounds: int | None) -> int:
             print(f"swarmling: stopping ({what} the round in flight; again to force)", file=sys.stderr, flush=True)
             node.request_stop()
         else:
-            print("swarmling: forced exit; the last checkpoint is intact", file=sys.stderr, flush=True)
-            os._exit(130)
+            force_exit()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
