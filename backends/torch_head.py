@@ -72,7 +72,7 @@ class TokenLogprob(torch.autograd.Function):
             scale = 1.0 / temperature
         grad_hidden = grad_weight = None
         if ctx.needs_input_grad[0]:
-            grad_hidden = (grad_z.to(weight.dtype) @ weight).to(hidden.dtype) * scale
+            grad_hidden = ((grad_z.to(weight.dtype) @ weight) * scale).to(hidden.dtype)  # scaled before rounding
         if ctx.needs_input_grad[1]:
             # In the weight's own dtype, as autograd would (full fine-tuning's tied embeddings).
             grad_weight = grad_z.t().to(weight.dtype) @ (_at_least_fp32(hidden) * scale).to(weight.dtype)
