@@ -89,8 +89,9 @@ def _bench(node: Node, rounds: int) -> int:
             s = m.seconds
             cells = "  ".join(f"{p} {s.get(p, 0.0):6.2f}s" for p in PHASES)
             print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m.tokens_per_s:6.1f} tok/s ({m.generated_tokens} tokens)")
-            trained = training_samples(outcome.trained or outcome.groups)
-            if any(s.advantage != 0 for s in trained) and (
+            groups = outcome.trained or outcome.groups
+            trained = training_samples(groups)
+            if any(g.has_signal for g in groups) and (
                     largest is None or completion_tokens(trained) > completion_tokens(largest[1])):
                 if largest is not None:
                     shutil.rmtree(largest[2], ignore_errors=True)
@@ -155,7 +156,7 @@ def completion_tokens(samples: Sequence[TrainSample]) -> int:
 
 def unique_tokens(samples: Sequence[TrainSample]) -> int:
     """What a trainer must at least compute: each distinct prompt once, every completion token."""
-    return sum(len(p) for p in {tuple(s.prompt_ids) for s in samples}) + sum(len(s.completion_ids) for s in samples)
+    return sum(len(p) for p in {tuple(s.prompt_ids) for s in samples}) + completion_tokens(samples)
 
 
 def training_passes(backend: Backend, checkpointing_required: bool = False) -> dict[str, TrainerSwitches]:
@@ -177,10 +178,7 @@ def _compare_training(backend: Backend, samples: list[TrainSample], which: str, 
                       checkpointing_required: bool = False) -> None:
     """Each pass a step on `samples` from the state in `start` (the policy that sampled them, so
     that the sampler/trainer gap is the node's own). The backend is left in that state, with the
-    node's switches (a bench's node is thrown away after)."""
-    if not any(s.advantage != 0 for s in samples):
-        print(f"\n({which} training set had no learning signal: no training to compare)")
-        return
+    node's switches (a bench's node is thrown away after). `samples` have a learning signal."""
     passes = training_passes(backend, checkpointing_required)
     node_compiles = bool(passes["node"].compiled)
     peak = PeakMemory(on_gpu=backend.info().name == "cuda")
