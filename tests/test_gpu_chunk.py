@@ -74,6 +74,8 @@ def carried_tree(tmp: Path) -> Path:
     data = wheel.read_bytes()
     (repo / ".gpu" / "wheels").mkdir(parents=True)
     (repo / ".gpu" / "wheels" / wheel.name).write_bytes(data)  # stands in for the carried wheels
+    requirements = (root / "packaging" / "gpu" / "requirements.txt").read_bytes()
+    (repo / ".gpu" / "wheels" / "requirements.sha256").write_text(hashlib.sha256(requirements).hexdigest() + "\n")
     for half, part in (("a", data[: len(data) // 2]), ("b", data[len(data) // 2:])):
         folder = repo / ".gpu" / f"model-{half}"
         folder.mkdir()
@@ -95,6 +97,14 @@ def test_the_chunk_waits_for_both_halves_of_the_model_and_refuses_a_corrupt_one(
     corrupt = chunk(repo, tmp_path, "rare-success")
     assert corrupt.returncode == 2 and "do not match its checksum" in corrupt.stderr
     assert not (tmp_path / "gpu" / "site" / ".model").exists() and not (tmp_path / "gpu" / "parts" / "a").exists()
+
+
+def test_the_chunk_refuses_wheels_packed_from_another_requirements_list(tmp_path):
+    repo = carried_tree(tmp_path)
+    (repo / ".gpu" / "wheels" / "requirements.sha256").write_text("0" * 64 + "\n")  # packed before a change
+    stale = chunk(repo, tmp_path, "rare-success")
+    assert stale.returncode == 2 and "pack.sh again" in stale.stderr
+    assert not (tmp_path / "gpu" / "site" / ".wheels").exists()  # nothing installed from the stale pack
 
 
 @pytest.mark.slow

@@ -20,8 +20,14 @@ repo=$PWD
 tmp=${SWARMLING_GPU_TMP:-/tmp/swarmling-gpu}
 mkdir -p "$tmp/parts" "$tmp/site" "$tmp/src/swarmling"
 
-# 1. The wheels, once per machine.
+# 1. The wheels, once per machine, if they were packed from this tree's requirements.txt (a wheel
+#    missing from a stale pack would surface only as an import error minutes into the call).
 if [ ! -f "$tmp/site/.wheels" ] && [ -d .gpu/wheels ]; then
+  if [ "$(cat .gpu/wheels/requirements.sha256 2>/dev/null)" != "$(sha256sum packaging/gpu/requirements.txt | cut -d' ' -f1)" ]; then
+    echo "chunk: .gpu/wheels was packed from another packaging/gpu/requirements.txt than this tree's: run" \
+         "packaging/gpu/pack.sh again here and carry the new .gpu/wheels, .gpu/model-a and .gpu/model-b" >&2
+    exit 2
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site" .gpu/wheels/*.whl
   touch "$tmp/site/.wheels"
 fi

@@ -45,5 +45,7 @@ for half in a b; do
   sha256sum ".gpu/wheels/$model" | cut -d' ' -f1 > ".gpu/model-$half/sha256"
 done
 rm ".gpu/wheels/$model"
+# chunk.sh refuses wheels packed from another requirements.txt than the tree it runs in.
+sha256sum packaging/gpu/requirements.txt | cut -d' ' -f1 > .gpu/wheels/requirements.sha256
 du -sh .gpu/wheels .gpu/model-a .gpu/model-b
 echo "pack: done. First call: carry .gpu/wheels and .gpu/model-a; the next: .gpu/model-b and .gpu/results (packaging/gpu/README.md)"
