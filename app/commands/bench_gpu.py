@@ -126,7 +126,7 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-gpu-") as tmp:
         AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
         train = Config().train  # the defaults a node trains with
-        microbatch = 8 * (shape.prompt_tokens + shape.new_tokens)
+        microbatch = node_microbatch(device, shape)
         trainer = TorchLoraTrainer(Path(tmp), LoraSettings.from_config(train), OptimSettings.from_config(train, microbatch, False),
                                    GrpoSettings.from_config(train), 1.0, device=device, dtype=dtype)
     on_gpu = device.startswith("cuda")
@@ -155,7 +155,7 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
     hf_first, hf_steady = _hf_generate(trainer, prompts, shape, device, steady_rounds)
     round_s = gen_s + score_s + train_s + handoff_s
 
-    print(f"{label}  ({weights / 1e6:.0f} MB of weights)")
+    print(f"{label}  ({weights / 1e6:.0f} MB of weights; training microbatches of {microbatch:,} tokens)")
     rows = [
         ("generate, first call (warm-up incl.)", first, ""),
         ("generate, steady (median)", gen_s, f"{gen_s / floor:.1f}x the floor"),
@@ -174,6 +174,18 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
         print(f"  {what:<46} {seconds:>8.3f} s  {note}")
     print(f"  sampler/trainer logprob gap {stats.sampler_logprob_gap:.2e} per token, "
           f"{stats.sampler_ratio_outside:.1%} of tokens with ratio outside [0.8, 1.2]\n")
+
+
+def node_microbatch(device: str, shape: Shape) -> int:
+    """The training microbatch a node on this GPU takes (sizing.py: it follows device memory, 32k
+    tokens on an 80 GB card, so the paper's round is one pass); a toy shape's on the CPU takes
+    eight replies a pass, so that even it runs several."""
+    if not device.startswith("cuda"):
+        return 8 * (shape.prompt_tokens + shape.new_tokens)
+    from ..hardware import detect
+    from ..sizing import build_settings
+
+    return build_settings(Config(), detect(), "cuda").microbatch_tokens
 
 
 def masked_attention_kernel(trainer: TorchLoraTrainer, samples: list[TrainSample]) -> str:
