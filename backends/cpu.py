@@ -84,7 +84,7 @@ class CpuBackend(TorchTrainedBackend):
         if settings.compiler:
             self.compile_refused = torch_compile.prepare(settings.compiler, settings.cache_dir, settings.runtime_dir,
                                                          settings.threads)
-            self.trainer.compiled = self.compile_refused is None
+            self.trainer.compiling.on = self.compile_refused is None
         cfg = self.trainer.config
         self.shape = ModelShape(
             arch=self.generator.architecture,
@@ -108,7 +108,7 @@ class CpuBackend(TorchTrainedBackend):
         return f"fp32: {check.describe()}, beyond the tolerance"
 
     def switches(self) -> TrainerSwitches:
-        compiled = self.trainer.compiled if self.settings.compiler and not self.trainer.compile_failure \
+        compiled = self.trainer.compiling.on if self.settings.compiler and not self.trainer.compiling.failure \
             and not self.compile_refused else None
         return replace(super().switches(), bf16_base=self.trainer.bf16_base, compiled=compiled)
 
@@ -117,7 +117,7 @@ class CpuBackend(TorchTrainedBackend):
         if switches.bf16_base is not None:
             self.trainer.bf16_base = switches.bf16_base
         if switches.compiled is not None:
-            self.trainer.compiled = switches.compiled
+            self.trainer.compiling.on = switches.compiled
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -133,11 +133,11 @@ class CpuBackend(TorchTrainedBackend):
         )
 
     def _compilation(self) -> str:
-        if self.trainer.compile_failure:
-            return f"eager: torch.compile failed ({self.trainer.compile_failure})"
+        if self.trainer.compiling.failure:
+            return f"eager: torch.compile failed ({self.trainer.compiling.failure})"
         if self.compile_refused:
             return f"eager: {self.compile_refused}"
-        return self.settings.compile_reason or ("compiled" if self.trainer.compiled else "eager")
+        return self.settings.compile_reason or ("compiled" if self.trainer.compiling.on else "eager")
 
     def render(self, prompt: ChatPrompt) -> str:
         return render(prompt, self.chat_template)
@@ -177,7 +177,7 @@ class CpuBackend(TorchTrainedBackend):
 
     def _guarded(self, run):
         """A first compiled pass leaves a marker for the next start should it crash (torch_compile.py)."""
-        unproven = self.trainer.compiled and not self.trainer.compile_proven
+        unproven = self.trainer.compiling.on and not self.trainer.compiling.proven
         return torch_compile.first_pass_guarded(self.settings.runtime_dir, self.settings.cache_dir,
                                                 self.settings.compiler or "", unproven, run)
 

@@ -32,8 +32,12 @@ like. A peer on another model gives no comparable logprob: its negatives weigh 0
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from .base import TrainSample
+from .microbatches import SamplerGap, sampler_logprobs
 from .settings import GrpoSettings
 
 
@@ -80,3 +84,73 @@ def truncated_importance_weight(old_logp: torch.Tensor, sampler_logp: torch.Tens
 def sequence_importance_weight(old_logp_sum: torch.Tensor, sender_logp_sum: torch.Tensor, cap: float) -> torch.Tensor:
     """min(pi_old(text) / pi_sender(text), cap) per completion, from summed logprobs; detached."""
     return torch.clamp(torch.exp(torch.clamp(old_logp_sum.detach() - sender_logp_sum, max=50.0)), max=cap)
+
+
+# ---- the weights of a microbatch's tokens -------------------------------------------------------
+# `batch` is a microbatch's samples in scoring order, `owner` which of them each token belongs to.
+
+def old_logprobs(batch: Sequence[TrainSample], owner: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """pi_old: given by the caller (multi-update rounds, tests) or, for the one update a round
+    takes, the current policy itself (detached), so the ratio is exactly 1 at the update."""
+    if all(sample.old_logprobs is None for sample in batch):
+        return logp.detach()
+    old = logp.detach().clone()
+    for local, sample in enumerate(batch):
+        if sample.old_logprobs is not None:
+            old[owner == local] = torch.tensor(sample.old_logprobs, dtype=old.dtype, device=old.device)
+    return old
+
+
+def token_weights(batch: Sequence[TrainSample], owner: torch.Tensor, old: torch.Tensor, settings: GrpoSettings,
+                  gap: SamplerGap, sampler_bias: float, negatives: list[float]) -> torch.Tensor | None:
+    """The importance weight `w_t` of each token: the sampler's correction on this node's own
+    replies times the sequence-level weight of peers' replies; None where neither applies. Tallies
+    the sampler gap in `gap` and each peer negative's weight in `negatives`; `sampler_bias` is the
+    node's running gap, used where this batch has none of its own replies."""
+    weight = sampler_weight(batch, old, settings.importance_cap, gap)
+    bias = gap.signed_mean if gap.tokens else sampler_bias
+    external = external_weight(batch, owner, old, settings, bias, negatives)
+    if external is not None:
+        weight = external if weight is None else weight * external
+    return weight
+
+
+def external_weight(batch: Sequence[TrainSample], owner: torch.Tensor, old: torch.Tensor, settings: GrpoSettings,
+                    sampler_bias: float, negatives: list[float]) -> torch.Tensor | None:
+    """Sequence-level weights of peers' completions: all of them truncated at
+    external_importance_cap when set, and those with a negative advantage at
+    external_negative_cap; None where no weight applies."""
+    cap, negative_cap = settings.external_importance_cap, settings.external_negative_cap
+    external = [local for local, sample in enumerate(batch) if sample.sequence_behaviour_logprob is not None]
+    if not external or (cap <= 0 and negative_cap <= 0):
+        return None
+    weight = torch.ones_like(old)
+    for local in external:
+        sample = batch[local]
+        mask = owner == local
+        total = old[mask].sum()
+        sender = torch.tensor(sample.sequence_behaviour_logprob, dtype=old.dtype, device=old.device)
+        if cap > 0:
+            weight[mask] = sequence_importance_weight(total, sender, cap)
+        if negative_cap > 0 and sample.advantage < 0:
+            w = torch.zeros((), dtype=old.dtype, device=old.device) if sample.from_other_model else \
+                negative_reply_weight(total, sender, int(mask.sum()), sampler_bias, negative_cap)
+            weight[mask] = torch.minimum(weight[mask], w)
+            negatives.append(float(w))
+    return weight
+
+
+def sampler_weight(batch: Sequence[TrainSample], old: torch.Tensor, cap: float, gap: SamplerGap) -> torch.Tensor | None:
+    """Truncated importance weight pi_old / pi_sampler on the tokens this node sampled (1
+    elsewhere; None when off or no token has a sampler logprob); tallies their gap."""
+    flat = sampler_logprobs(batch)
+    if flat is None:
+        return None
+    gap.add(old.cpu().numpy(), flat)
+    if cap <= 0:
+        return None
+    sampler = torch.from_numpy(flat).to(dtype=old.dtype, device=old.device)
+    known = ~torch.isnan(sampler)
+    weight = torch.ones_like(old)
+    weight[known] = truncated_importance_weight(old[known], sampler[known], cap)
+    return weight

@@ -29,18 +29,12 @@ from .adapter_format import (
     write_lora_config,
 )
 from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainerSwitches, TrainSample, TrainStats
-from .microbatches import SamplerGap, sampler_logprobs
+from .microbatches import SamplerGap
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import RowBatch, attention_allowed, microbatches
-from .torch_compile import from_compiling as torch_compile_fault
+from .torch_compile import CompiledLayers
 from .torch_head import logits_at, token_logprobs
-from .torch_grpo import (
-    grpo_token_objective,
-    k3_kl,
-    negative_reply_weight,
-    sequence_importance_weight,
-    truncated_importance_weight,
-)
+from .torch_grpo import grpo_token_objective, k3_kl, old_logprobs, token_weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -56,7 +50,6 @@ LOGIT_CHUNK = 512  # completion positions per chunk of logits
 # overhead of a pass is paid fewer times. A pass's peak is one layer's activations and one chunk
 # of logits (~100 MB for 2048 tokens).
 NO_GRAD_MICROBATCH = 2048
-COMPILED_GRAPHS = 32  # graphs a compiled layer may build (see `compiled`)
 FP32_ATTENTION = "swarmling_sdpa_fp32"  # the attention a bf16 base runs (see _sdpa_in_fp32)
 
 
@@ -154,63 +147,8 @@ class TorchLoraTrainer:
         self._attention = self.config._attn_implementation  # the fp32 base's (restored when bf16 goes off)
         self._checkpointing = False
         self.activation_checkpointing = optim.activation_checkpointing
-        self._compiled = False
-        self._compile_proven = False  # a compiled pass has run: no more fallback to try
-        self.compile_failure = ""  # why torch.compile was given up, if it was
-
-    @property
-    def compiled(self) -> bool:
-        """Each decoder layer run through torch.compile (the CPU's train.cpu_compile): inductor
-        fuses the elementwise ops and casts between the matmuls into generated C++, which is
-        most of a bf16 step once AMX makes the matmuls cheap (a default step 1.3-1.4x faster in
-        bf16, ~1.2x in fp32, on 2 cores). The graphs are built in the first passes (about a
-        minute on 2 cores, ~20 s once the on-disk cache holds them), shared by all 30 layers;
-        shapes are dynamic, so a longer batch needs no new graph, but a first one-row batch or
-        a first pass of another kind (without gradients, with the adapter off) builds its own.
-        A compiled pass that fails in compiling before the first training step has succeeded
-        compiled (no C++ compiler after all, an inductor fault) runs again eagerly, and
-        compilation stays off."""
-        return self._compiled
-
-    @compiled.setter
-    def compiled(self, on: bool) -> None:
-        if bool(on) == self._compiled:
-            return
-        if on:
-            # One graph per combination of what a layer is called with (with or without gradients,
-            # an input that needs one or not, one row or several, autocast on or off): up to ~12,
-            # past torch's default of 8, beyond which it would run the rest eagerly.
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_GRAPHS)
-        for layer in self._backbone.layers:
-            if on:
-                layer.compile(dynamic=True)
-            else:
-                layer._compiled_call_impl = None  # what Module.compile set: plain calls again
-        self._compiled = bool(on)
-
-    @property
-    def compile_proven(self) -> bool:
-        """A compiled training step has completed (no fallback is tried after that)."""
-        return self._compile_proven
-
-    def _with_compile_fallback(self, run, *args, proves: bool = False):
-        """`run(*args)`, and again eagerly (for good) if compiling fails in it before a compiled
-        training step (`proves`) has succeeded: a compile fault costs the user speed, never a
-        round. Errors of the computation itself are not compile faults: they propagate."""
-        if not self._compiled or self._compile_proven:
-            return run(*args)
-        try:
-            result = run(*args)
-        except Exception as error:
-            if not torch_compile_fault(error):
-                raise
-            self.optimizer.zero_grad(set_to_none=True)
-            self.compiled = False
-            self.compile_failure = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
-            log.warning("torch.compile failed, training without it: %s", self.compile_failure)
-            return run(*args)
-        self._compile_proven = self._compile_proven or proves
-        return result
+        # The decoder layers through torch.compile (the CPU's train.cpu_compile; off until asked).
+        self.compiling = CompiledLayers(self._backbone.layers, lambda: self.optimizer.zero_grad(set_to_none=True))
 
     @property
     def activation_checkpointing(self) -> bool:
@@ -374,7 +312,7 @@ class TorchLoraTrainer:
 
     def _per_token(self, samples: Sequence[TrainSample], per_chunk=None) -> list[torch.Tensor]:
         """Each sample's figure per completion token (log pi without `per_chunk`), fp32."""
-        return self._with_compile_fallback(self._per_token_pass, samples, per_chunk)
+        return self.compiling.run(self._per_token_pass, samples, per_chunk)
 
     @torch.no_grad()
     def _per_token_pass(self, samples: Sequence[TrainSample], per_chunk) -> list[torch.Tensor]:
@@ -403,7 +341,7 @@ class TorchLoraTrainer:
     ) -> TrainStats:
         if sum(len(s.completion_ids) for s in samples) == 0:
             raise ValueError("train_step needs at least one completion token")
-        return self._with_compile_fallback(self._train_step, samples, should_stop, on_progress, proves=True)
+        return self.compiling.run(self._train_step, samples, should_stop, on_progress, proves=True)
 
     def _train_step(self, samples: Sequence[TrainSample], should_stop: StopCheck | None,
                     on_progress: ProgressCallback | None) -> TrainStats:
@@ -421,16 +359,16 @@ class TorchLoraTrainer:
             references = self._reference_logprobs(samples)
             reference_s = time.perf_counter() - reference_s
         for mb in self._batches(samples):
-            indices = mb.samples
             computed += mb.computed_tokens
             if should_stop is not None and should_stop():
                 self.optimizer.zero_grad(set_to_none=True)
                 raise Abandoned("training step abandoned")
             logp = self._logprobs(mb)
             owner = mb.sample_index
-            adv = torch.tensor([samples[i].advantage for i in indices], device=self.device)[owner]
-            old = self._old_logprobs(samples, indices, owner, logp)
-            weight = self._importance_weight(samples, indices, owner, old, gap, negatives)
+            batch = [samples[i] for i in mb.samples]
+            adv = torch.tensor([sample.advantage for sample in batch], device=self.device)[owner]
+            old = old_logprobs(batch, owner, logp)
+            weight = token_weights(batch, owner, old, self.grpo, gap, self.sampler_bias, negatives)
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
             if beta > 0:
                 kl = k3_kl(logp, self._in_microbatch(references, mb))
@@ -444,7 +382,7 @@ class TorchLoraTrainer:
             clipped += float(was_clipped.sum())
             ratio_sum += float(ratio.sum())
             ratio_dev = max(ratio_dev, float((ratio - 1).abs().max()))
-            tokens_done += sum(len(samples[i].completion_ids) for i in indices)
+            tokens_done += sum(len(sample.completion_ids) for sample in batch)
             if on_progress is not None:
                 on_progress(tokens_done, total_tokens, tokens_done)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm))
@@ -482,66 +420,6 @@ class TorchLoraTrainer:
         """The learning rate of the next update: linear warmup over `warmup_steps`, then constant."""
         warmup = self.optim.warmup_steps
         return self.optim.learning_rate * min(1.0, (self.steps + 1) / warmup) if warmup else self.optim.learning_rate
-
-    def _old_logprobs(self, samples, indices, owner, logp: torch.Tensor) -> torch.Tensor:
-        """pi_old: given by the caller (multi-update rounds, tests) or, for the one update a round
-        takes, the current policy itself (detached), so the ratio is exactly 1 at the update."""
-        given = [samples[i].old_logprobs for i in indices]
-        if all(g is None for g in given):
-            return logp.detach()
-        old = logp.detach().clone()
-        for local, g in enumerate(given):
-            if g is not None:
-                old[owner == local] = torch.tensor(g, dtype=old.dtype, device=old.device)
-        return old
-
-    def _importance_weight(self, samples, indices, owner, old: torch.Tensor, gap: SamplerGap,
-                           negatives: list[float]) -> torch.Tensor | None:
-        weight = self._sampler_weight([samples[i] for i in indices], old, gap)
-        bias = gap.signed_mean if gap.tokens else self.sampler_bias  # this batch's own, when it has one
-        external = self._external_weight(samples, indices, owner, old, bias, negatives)
-        if external is not None:
-            weight = external if weight is None else weight * external
-        return weight
-
-    def _external_weight(self, samples, indices, owner, old: torch.Tensor, sampler_bias: float,
-                         negatives: list[float]) -> torch.Tensor | None:
-        """Sequence-level weights of peers' completions (torch_grpo.py): all of them truncated at
-        external_importance_cap when set, and those with a negative advantage at
-        external_negative_cap; None where no weight applies."""
-        cap, negative_cap = self.grpo.external_importance_cap, self.grpo.external_negative_cap
-        external = [local for local, i in enumerate(indices) if samples[i].sequence_behaviour_logprob is not None]
-        if not external or (cap <= 0 and negative_cap <= 0):
-            return None
-        weight = torch.ones_like(old)
-        for local in external:
-            sample = samples[indices[local]]
-            mask = owner == local
-            total = old[mask].sum()
-            sender = torch.tensor(sample.sequence_behaviour_logprob, dtype=old.dtype, device=old.device)
-            if cap > 0:
-                weight[mask] = sequence_importance_weight(total, sender, cap)
-            if negative_cap > 0 and sample.advantage < 0:
-                w = torch.zeros((), dtype=old.dtype, device=old.device) if sample.from_other_model else \
-                    negative_reply_weight(total, sender, int(mask.sum()), sampler_bias, negative_cap)
-                weight[mask] = torch.minimum(weight[mask], w)
-                negatives.append(float(w))
-        return weight
-
-    def _sampler_weight(self, batch: Sequence[TrainSample], old: torch.Tensor, gap: SamplerGap) -> torch.Tensor | None:
-        """Truncated importance weight pi_old / pi_sampler on the tokens this node sampled (1
-        elsewhere; None when off or no token has a sampler logprob); tallies their gap."""
-        flat = sampler_logprobs(batch)
-        if flat is None:
-            return None
-        gap.add(old.cpu().numpy(), flat)
-        if self.grpo.importance_cap <= 0:
-            return None
-        sampler = torch.from_numpy(flat).to(dtype=old.dtype, device=old.device)
-        known = ~torch.isnan(sampler)
-        weight = torch.ones_like(old)
-        weight[known] = truncated_importance_weight(old[known], sampler[known], self.grpo.importance_cap)
-        return weight
 
     # ---- persistence -------------------------------------------------------------------------
     def lora_state(self) -> dict[str, torch.Tensor]:

@@ -15,6 +15,7 @@ import pytest
 from swarmling.backends import torch_compile
 from swarmling.backends.torch_compile import (
     FIRST_PASS_MARKER,
+    CompiledLayers,
     abandon_first_pass,
     cache_folder,
     first_pass_guarded,
@@ -129,6 +130,57 @@ def test_compile_faults_are_told_from_errors_of_the_computation():
         assert not from_compiling(error)
 
 
+def raised_in_inductor(message: str) -> None:
+    """Raise as inductor's C++ builder would: from a frame in torch/_inductor."""
+    exec(compile(f"raise RuntimeError({message!r})", "/site-packages/torch/_inductor/cpp_builder.py", "exec"))
+
+
+def switch_over_layers() -> tuple[CompiledLayers, list]:
+    """A switch over two small layers, and the record of its fallback's clean-ups."""
+    import torch
+
+    cleaned: list[bool] = []
+    return CompiledLayers([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)], lambda: cleaned.append(True)), cleaned
+
+
+def test_a_pass_that_fails_compiling_runs_again_eagerly_and_compiling_stays_off():
+    """A compile fault (no C++ compiler, an inductor error) before the first compiled training
+    step costs the user speed, never a round: the pass runs again eagerly, and the failure is
+    kept to be shown. An error of the computation itself is no compile fault: it propagates."""
+    compiling, cleaned = switch_over_layers()
+    seen = []
+
+    def first_pass(value):
+        seen.append(compiling.on)
+        if compiling.on:
+            raised_in_inductor("InductorError: C++ compile error\n(details)")
+        return value
+
+    def bad_batch():
+        raise ValueError("a bad batch")
+
+    compiling.on = True  # compiles nothing until a layer runs
+    assert all(layer._compiled_call_impl is not None for layer in compiling._layers)
+    with pytest.raises(ValueError):
+        compiling.run(bad_batch)
+    assert compiling.on and not compiling.failure and not cleaned
+    assert compiling.run(first_pass, 7) == 7
+    assert seen == [True, False] and not compiling.on and cleaned == [True]
+    assert all(layer._compiled_call_impl is None for layer in compiling._layers)  # plain calls again
+    assert compiling.failure == "RuntimeError: InductorError: C++ compile error"
+
+
+def test_only_a_compiled_training_step_ends_the_fallback():
+    """A pass without gradients compiles other graphs than a training step: its success leaves
+    the fallback in place for the first step."""
+    compiling, _ = switch_over_layers()
+    compiling.on = True
+    compiling.run(lambda: None)
+    assert not compiling.proven
+    compiling.run(lambda: None, proves=True)
+    assert compiling.proven
+
+
 def test_the_backend_line_says_why_a_start_runs_eagerly(backend_factory, tmp_path):
     from conftest import TEST_CACHE
 
@@ -139,7 +191,7 @@ def test_the_backend_line_says_why_a_start_runs_eagerly(backend_factory, tmp_pat
     (runtime / FIRST_PASS_MARKER).write_text("")
     try:
         backend = backend_factory(runtime, compiler=GXX, compile_reason=f"compiled: {GXX}")
-        assert not backend.trainer.compiled and backend.switches().compiled is None
+        assert not backend.trainer.compiling.on and backend.switches().compiled is None
         assert "eager: the last start died in its first compiled pass" in backend.info().trainer
     finally:
         note.unlink(missing_ok=True)

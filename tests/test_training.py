@@ -59,11 +59,13 @@ def test_abandoned_step_changes_nothing(backend):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_external_importance_weight_is_off_by_default_and_truncated_when_on(backend):
+def test_external_importance_weight_is_off_by_default_and_truncated_when_on():
     """Peers' completions: one weight per completion, min(exp(sum old logp - sender logp), cap)."""
     import dataclasses
 
-    from swarmling.backends.torch_grpo import sequence_importance_weight
+    from swarmling.app.config import Config
+    from swarmling.backends.settings import GrpoSettings
+    from swarmling.backends.torch_grpo import external_weight, sequence_importance_weight
 
     samples = [
         TrainSample([1], [2, 3], 1.0),  # our own (no sender logprob): weight 1
@@ -72,22 +74,18 @@ def test_external_importance_weight_is_off_by_default_and_truncated_when_on(back
     ]
     owner = torch.tensor([0, 0, 1, 1, 1, 2])
     old = torch.tensor([-1.0, -1.0, -2.0, -2.0, -2.0, -1.0])  # sums: -2, -6, -1
-    trainer = backend.trainer
-    assert trainer.grpo.external_importance_cap == 0.0
-    saved = trainer.grpo
+    defaults = GrpoSettings.from_config(Config().train)
+    assert defaults.external_importance_cap == 0.0
     # (peers' negatives have their own weight, on by default: tested below; off here, so this is the
     # importance cap alone)
-    trainer.grpo = dataclasses.replace(saved, external_negative_cap=0.0)
-    try:
-        assert trainer._external_weight(samples, [0, 1, 2], owner, old, 0.0, []) is None  # off: external text counts fully
-        trainer.grpo = dataclasses.replace(saved, external_importance_cap=2.0, external_negative_cap=0.0)
-        w = trainer._external_weight(samples, [0, 1, 2], owner, old, 0.0, [])
-    finally:
-        trainer.grpo = saved
+    off = dataclasses.replace(defaults, external_negative_cap=0.0)
+    assert external_weight(samples, owner, old, off, 0.0, []) is None  # off: external text counts fully
+    capped = dataclasses.replace(defaults, external_importance_cap=2.0, external_negative_cap=0.0)
+    w = external_weight(samples, owner, old, capped, 0.0, [])
     expected = [1.0, 1.0, np.exp(-3.0), np.exp(-3.0), np.exp(-3.0), 2.0]  # exp(-6+3); exp(-1+9) capped at 2
     assert torch.allclose(w, torch.tensor(expected, dtype=w.dtype), atol=1e-6)
     negatives: list[float] = []
-    w = trainer._external_weight(samples, [0, 1, 2], owner, old, 0.0, negatives)  # the default: negatives at most 1
+    w = external_weight(samples, owner, old, defaults, 0.0, negatives)  # the default: negatives at most 1
     assert torch.allclose(w, torch.tensor([1.0] * 6, dtype=w.dtype)) and negatives == [1.0]
     assert float(sequence_importance_weight(torch.tensor(0.0), torch.tensor(-1e6), 5.0)) == 5.0  # no overflow
 
