@@ -416,7 +416,7 @@ class SharedPrefixCache:
 
 def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSettings, sampler_bias: float,
                        negatives: list[float]) -> mx.array | None:
-    """Per-token weight of the GRPO objective, as the torch trainer's: the truncated pi_old /
+    """Per-token weight of the GRPO objective, as torch_grpo.token_weights: the truncated pi_old /
     pi_sampler on tokens this node sampled, times the sequence-level weight of peers'
     completions when `external_importance_cap` is on, and at most external_negative_cap for a
     peer's reply with a negative advantage (0 from another model); None when none applies."""

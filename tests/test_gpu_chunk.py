@@ -101,10 +101,24 @@ def test_the_chunk_waits_for_both_halves_of_the_model_and_refuses_a_corrupt_one(
 
 def test_the_chunk_refuses_wheels_packed_from_another_requirements_list(tmp_path):
     repo = carried_tree(tmp_path)
-    (repo / ".gpu" / "wheels" / "requirements.sha256").write_text("0" * 64 + "\n")  # packed before a change
+    stamp = repo / ".gpu" / "wheels" / "requirements.sha256"
+    wanted = stamp.read_text()
+    stamp.write_text("0" * 64 + "\n")  # packed before requirements.txt changed
     stale = chunk(repo, tmp_path, "rare-success")
     assert stale.returncode == 2 and "pack.sh again" in stale.stderr
-    assert not (tmp_path / "gpu" / "site" / ".wheels").exists()  # nothing installed from the stale pack
+    installed = tmp_path / "gpu" / "site" / ".wheels"
+    assert not installed.exists()  # nothing installed from the stale pack
+    # A warm machine that installed wheels for an earlier list: not enough, until the new ones come.
+    installed.write_text("0" * 64 + "\n")
+    wheels = repo / ".gpu" / "wheels"
+    shutil.move(wheels, tmp_path / "wheels")
+    old = chunk(repo, tmp_path, "rare-success")
+    assert old.returncode == 2 and "no wheels for this tree's" in old.stderr
+    shutil.move(tmp_path / "wheels", wheels)
+    stamp.write_text(wanted)
+    fresh = chunk(repo, tmp_path, "no-such-design")  # past the wheels, the experiment refuses at once
+    assert "no wheels" not in fresh.stderr and "no-such-design" in fresh.stderr
+    assert installed.read_text() == wanted
 
 
 @pytest.mark.slow

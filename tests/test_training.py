@@ -90,6 +90,39 @@ def test_external_importance_weight_is_off_by_default_and_truncated_when_on():
     assert float(sequence_importance_weight(torch.tensor(0.0), torch.tensor(-1e6), 5.0)) == 5.0  # no overflow
 
 
+def test_a_microbatchs_token_weights_line_up_with_its_samples_and_take_its_own_sampler_gap():
+    """A microbatch holds a reordered subset of the batch: `old_logprobs` and the weights follow
+    its local order. The sampler's correction weighs this node's own tokens; a peer's negative
+    reply is weighed with the gap measured on this microbatch's own replies, and with the node's
+    running gap only where it has none."""
+    import dataclasses
+
+    from swarmling.app.config import Config
+    from swarmling.backends.microbatches import SamplerGap
+    from swarmling.backends.settings import GrpoSettings
+    from swarmling.backends.torch_grpo import old_logprobs, token_weights
+
+    samples = [
+        TrainSample([1], [2, 3, 4], 1.0, behaviour_logprobs=[-1.0, -1.0, -1.0]),  # our own
+        TrainSample([1], [5], 1.0),  # in another microbatch
+        TrainSample([1], [6, 7], -1.0, old_logprobs=[-0.5, -0.5], sequence_behaviour_logprob=0.0),  # a peer's negative
+    ]
+    batch = [samples[i] for i in (2, 0)]  # the microbatch's scoring order
+    owner = torch.tensor([0, 0, 1, 1, 1])
+    old = old_logprobs(batch, owner, torch.tensor([-9.0, -9.0, -1.2, -1.2, -1.2]))
+    assert torch.allclose(old, torch.tensor([-0.5, -0.5, -1.2, -1.2, -1.2]))  # the peer's given pi_old, in place
+    settings = dataclasses.replace(GrpoSettings.from_config(Config().train), importance_cap=2.0,
+                                   external_importance_cap=0.0, external_negative_cap=1.0)
+    gap, negatives = SamplerGap(), []
+    w = token_weights(batch, owner, old, settings, gap, 5.0, negatives)
+    # own tokens: exp(-1.2 + 1.0); the peer's: exp(-1.0 - 2 x (-0.2) - 0.0), the gap being this batch's -0.2
+    expected = [np.exp(-0.6)] * 2 + [np.exp(-0.2)] * 3
+    assert torch.allclose(w, torch.tensor(expected, dtype=w.dtype), atol=1e-6)
+    assert gap.tokens == 3 and negatives == pytest.approx([np.exp(-0.6)])
+    alone = token_weights(batch[:1], owner[:2], old[:2], settings, SamplerGap(), 0.1, [])  # no own reply here
+    assert torch.allclose(alone, torch.tensor([np.exp(-1.2)] * 2, dtype=alone.dtype), atol=1e-6)  # the running 0.1
+
+
 def test_a_step_frees_the_samplers_cache_and_a_new_one_serves_the_same_policy(backend):
     """The KV cache (~0.2 GB in a default round) must not sit beside the step's activations at
     the node's peak: the step frees llama.cpp's context. The next call makes a new one, which

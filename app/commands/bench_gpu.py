@@ -126,8 +126,9 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-gpu-") as tmp:
         AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
         train = Config().train  # the defaults a node trains with
-        microbatch = node_microbatch(device, shape)
-        trainer = TorchLoraTrainer(Path(tmp), LoraSettings.from_config(train), OptimSettings.from_config(train, microbatch, False),
+        microbatch, checkpointing = node_training(device, shape)
+        trainer = TorchLoraTrainer(Path(tmp), LoraSettings.from_config(train),
+                                   OptimSettings.from_config(train, microbatch, checkpointing),
                                    GrpoSettings.from_config(train), 1.0, device=device, dtype=dtype)
     on_gpu = device.startswith("cuda")
     generator = TorchGenerator(trainer.model, _Ids(), set(), trainer.softcap, compile_step=on_gpu)
@@ -176,16 +177,18 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
           f"{stats.sampler_ratio_outside:.1%} of tokens with ratio outside [0.8, 1.2]\n")
 
 
-def node_microbatch(device: str, shape: Shape) -> int:
-    """The training microbatch a node on this GPU takes (sizing.py: it follows device memory, 32k
-    tokens on an 80 GB card, so the paper's round is one pass); a toy shape's on the CPU takes
-    eight replies a pass, so that even it runs several."""
+def node_training(device: str, shape: Shape) -> tuple[int, bool]:
+    """The training microbatch and activation checkpointing a node on this GPU takes (sizing.py:
+    the microbatch follows device memory, 32k tokens on an 80 GB card, so the paper's round is one
+    pass); elsewhere (`--device cpu --tiny`, a check of the command) eight replies a pass, so that
+    even the toy shape runs several."""
     if not device.startswith("cuda"):
-        return 8 * (shape.prompt_tokens + shape.new_tokens)
+        return 8 * (shape.prompt_tokens + shape.new_tokens), False
     from ..hardware import detect
     from ..sizing import build_settings
 
-    return build_settings(Config(), detect(), "cuda").microbatch_tokens
+    build = build_settings(Config(), detect(), "cuda")  # sized on the first GPU, as a node is
+    return build.microbatch_tokens, build.activation_checkpointing
 
 
 def masked_attention_kernel(trainer: TorchLoraTrainer, samples: list[TrainSample]) -> str:

