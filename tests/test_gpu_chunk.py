@@ -91,6 +91,7 @@ def test_the_chunk_waits_for_both_halves_of_the_model_and_refuses_a_corrupt_one(
     first = chunk(repo, tmp_path, "rare-success")
     assert first.returncode == 2 and "model-b" in first.stderr and "two calls" in first.stderr
     assert (tmp_path / "gpu" / "parts" / "a").exists()  # kept on the warm machine for the next call
+    assert (tmp_path / "gpu" / "src" / "swarmling" / "app" / "cli.py").exists()  # bench-gpu can run already
     shutil.move(tmp_path / "model-b", repo / ".gpu" / "model-b")
     shutil.rmtree(repo / ".gpu" / "model-a")  # the second call carries half b only
     (repo / ".gpu" / "model-b" / "part").write_bytes(b"x" + (repo / ".gpu" / "model-b" / "part").read_bytes()[1:])

@@ -20,6 +20,9 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 tmp=${SWARMLING_GPU_TMP:-/tmp/swarmling-gpu}
 mkdir -p "$tmp/parts" "$tmp/site" "$tmp/src/swarmling"
+# This working tree's code as the package (no build), importable from the first call on (bench-gpu
+# needs no model: PYTHONPATH=$tmp/src:$tmp/site python3 -m swarmling.app bench-gpu).
+for part in app backends assets packaging; do ln -sfn "$repo/$part" "$tmp/src/swarmling/$part"; done
 
 # 1. The wheels, once per machine and again when requirements.txt changed, and only if they were
 #    packed from this tree's requirements.txt (a wheel missing from a stale pack would surface
@@ -68,8 +71,7 @@ if [ "$(cat "$tmp/site/.wheels" 2>/dev/null)" != "$wanted" ]; then
   exit 2
 fi
 
-# 3. The chunk: this working tree's code as the package (no build), the grid resumed where it stood.
-for part in app backends assets packaging; do ln -sfn "$repo/$part" "$tmp/src/swarmling/$part"; done
+# 3. The chunk: the grid resumed where it stood.
 export PYTHONPATH="$tmp/src:$tmp/site" PYTHONUNBUFFERED=1
 out="$tmp/experiment/$design"
 archive="${OUT:?OUT names the folder whose files come back}/$design.tar.gz"
