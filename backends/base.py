@@ -77,6 +77,9 @@ class TrainSample:
     sequence_behaviour_logprob: float | None = None
     # A peer's completion sampled by another model: its logprob is no ratio's denominator.
     from_other_model: bool = False
+    # A peer's completion (any model): not a sample of this node's policy, so the KL anchor's k3
+    # estimate, which holds only on the policy's own samples, leaves it out (torch_grpo.py).
+    from_peer: bool = False
 
 
 @dataclass

@@ -261,6 +261,8 @@ class MlxBackend(Backend):
         if total == 0:
             raise ValueError("train_step needs at least one completion token")
         grpo = self.settings.grpo
+        own_tokens = sum(len(s.completion_ids) for s in samples if not s.from_peer)
+        anchored = grpo.kl_beta > 0 and own_tokens > 0  # the anchor is estimated on this node's own replies
         stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "reference_s": 0.0}
         gap = SamplerGap()
         negatives: list[float] = []  # what the loss function weighed in the microbatch it last ran on
@@ -278,8 +280,10 @@ class MlxBackend(Backend):
             objective, ratio, clipped = grpo_token_objective(logp, old, adv, grpo, weight)
             kl = mx.zeros((1,))
             if reference is not None:
-                kl = k3_kl(logp, reference) * (1.0 if weight is None else (weight > 0))
-                objective = objective - grpo.kl_beta * kl
+                own = mx.array([0.0 if s.from_peer else 1.0 for s in batch for _ in s.completion_ids])
+                kl = k3_kl(logp, reference) * own
+                # the mean over own tokens: the loss divides by all tokens, peers' included
+                objective = objective - grpo.kl_beta * (total / own_tokens) * kl
             return -objective.sum() / total, (ratio, clipped, old, mx.stop_gradient(kl).sum())
 
         grad_fn = nn.value_and_grad(self.model, loss_fn)
@@ -290,7 +294,7 @@ class MlxBackend(Backend):
                 raise Abandoned("training step abandoned")
             batch = [samples[i] for row in rows for i in row.samples]
             reference = None
-            if grpo.kl_beta > 0:
+            if anchored:
                 started = time.perf_counter()
                 reference = self._reference_logprobs(samples, rows)
                 stats["reference_s"] += time.perf_counter() - started
@@ -326,7 +330,7 @@ class MlxBackend(Backend):
             loss=stats["loss"], tokens=total, samples=len(samples), seconds=time.perf_counter() - start,
             grad_norm=grad_norm, clip_fraction=stats["clipped"] / total, ratio_mean=stats["ratio"] / total,
             sampler_logprob_gap=gap.mean, sampler_ratio_outside=gap.outside_share,
-            kl=stats["kl"] / total if grpo.kl_beta > 0 else None, learning_rate=lr, reference_seconds=stats["reference_s"],
+            kl=stats["kl"] / own_tokens if anchored else None, learning_rate=lr, reference_seconds=stats["reference_s"],
             external_negative_weight=sum(weighed_negatives) / len(weighed_negatives) if weighed_negatives else None,
             extra={"computed_tokens": computed},
         )

@@ -5,11 +5,14 @@ Per token t of completion i with advantage A_i:
     r_t   = exp(logp_t - old_logp_t)                      (policy ratio)
     obj_t = min(r_t * A_i, clip(r_t, 1 - eps_low, 1 + eps_high) * A_i) * w_t
     kl_t  = exp(q_t) - q_t - 1,  q_t = ref_logp_t - logp_t   (k3 estimate of KL(pi || pi_base))
-    loss  = - sum_t (obj_t - beta * kl_t) / N_tokens        (token-level mean over the whole batch, DAPO)
+    loss  = - sum_t obj_t / N_tokens + beta * sum_{own t} kl_t / N_own
+            (the objective a token-level mean over the whole batch, DAPO; the anchor over own tokens)
 
 The KL anchor (Schulman's k3 estimator: unbiased on samples from pi, never negative) holds the
 policy near the base model: without it nothing stops drift once clipping cannot act (one update per
-batch: the ratio is 1 at the update). `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
+batch: the ratio is 1 at the update). It is estimated on this node's own replies only: k3 holds on
+samples of pi, and on a peer's text, where pi can be far below pi_base, exp(q) is unbounded
+(measured: one step's KL at 1,863 nats a token and a gradient norm of 4,657, from peers' replies). `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
 detached: it corrects for the sampler (llama.cpp on a quantized file) not being exactly the
 trainer's policy (Yao et al. 2025, "truncated importance sampling"). It is 1 when unused.
 

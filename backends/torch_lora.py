@@ -302,6 +302,15 @@ class TorchLoraTrainer:
         with self.model.disable_adapter():
             return self._per_token(samples)
 
+    def _anchor_references(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
+        """log pi_base of each own reply's tokens (`_reference_logprobs`), and zeros for peers'
+        replies, which the anchor leaves out: the reference pass runs on own replies alone."""
+        own = [i for i, s in enumerate(samples) if not s.from_peer]
+        references = [torch.zeros(len(s.completion_ids), device=self.device) for s in samples]
+        for i, reference in zip(own, self._reference_logprobs([samples[i] for i in own])):
+            references[i] = reference
+        return references
+
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """log pi(completion token | prefix) under the current policy, at the sampling temperature."""
         return _as_lists(self._per_token(samples))
@@ -354,9 +363,11 @@ class TorchLoraTrainer:
         tokens_done = 0
         computed = 0
         beta = self.grpo.kl_beta
-        if beta > 0:
+        own_tokens = sum(len(s.completion_ids) for s in samples if not s.from_peer)
+        anchored = beta > 0 and own_tokens > 0  # the anchor is estimated on this node's own replies
+        if anchored:
             reference_s = time.perf_counter()
-            references = self._reference_logprobs(samples)
+            references = self._anchor_references(samples)
             reference_s = time.perf_counter() - reference_s
         for mb in self._batches(samples):
             computed += mb.computed_tokens
@@ -370,11 +381,11 @@ class TorchLoraTrainer:
             old = old_logprobs(batch, owner, logp)
             weight = token_weights(batch, owner, old, self.grpo, gap, self.sampler_bias, negatives)
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
-            if beta > 0:
-                kl = k3_kl(logp, self._in_microbatch(references, mb))
-                if weight is not None:  # a reply weighted 0 is not trained on at all
-                    kl = kl * (weight > 0)
-                objective = objective - beta * kl
+            if anchored:
+                own = torch.tensor([not sample.from_peer for sample in batch], device=self.device)[owner]
+                kl = k3_kl(logp, self._in_microbatch(references, mb)) * own
+                # the mean over own tokens: the loss divides by all tokens, peers' included
+                objective = objective - beta * (total_tokens / own_tokens) * kl
                 kl_sum += float(kl.detach().sum())
             loss = -objective.sum() / total_tokens
             loss.backward()
@@ -409,7 +420,7 @@ class TorchLoraTrainer:
             ratio_mean=ratio_sum / total_tokens,
             sampler_logprob_gap=gap.mean,
             sampler_ratio_outside=gap.outside_share,
-            kl=kl_sum / total_tokens if beta > 0 else None,
+            kl=kl_sum / own_tokens if anchored else None,
             learning_rate=lr,
             reference_seconds=reference_s,
             external_negative_weight=sum(negatives) / len(negatives) if negatives else None,

@@ -192,6 +192,34 @@ def test_mlx_weights_a_peers_completion_as_torch_does(mlx_backend, tmp_path):
     assert mlx_stats.grad_norm == pytest.approx(torch_stats.grad_norm, rel=1e-2)
 
 
+def test_mlx_anchors_on_its_own_replies_as_torch_does(mlx_backend, tmp_path):
+    """The KL anchor over own replies only (a peer's reply in the batch changes neither the KL
+    reported nor its scale): both trainers, from the same adapter, agree with each other and with
+    the k3 mean over the own replies' tokens computed by hand."""
+    from backend_settings import grpo_settings, lora_settings, optim_settings
+
+    from swarmling.backends.torch_lora import TorchLoraTrainer
+
+    result = mlx_backend.generate(prompts(), 2, SamplingParams(max_new_tokens=4, temperature=1.0, seed=11))
+    row = [c for c in result.completions[0] if c.token_ids]
+    own = [TrainSample(result.prompt_ids[0], c.token_ids, 1.0 if i % 2 else -1.0) for i, c in enumerate(row)]
+    mlx_backend.train_step(own)  # the policy away from the base
+    peer = TrainSample(result.prompt_ids[0], row[0].token_ids[::-1], 1.0, sequence_behaviour_logprob=-30.0,
+                       from_peer=True)
+    mlx_backend.save_adapter(tmp_path)
+    trainer = TorchLoraTrainer(mlx_backend.settings.model_dir, lora_settings(), optim_settings(), grpo_settings(), 1.0)
+    trainer.load_adapter(tmp_path)
+    policy = trainer.token_logprobs(own)
+    with trainer.model.disable_adapter():
+        base = trainer.token_logprobs(own)
+    by_hand = np.mean([np.exp(b - p) - (b - p) - 1 for ps, bs in zip(policy, base) for p, b in zip(ps, bs)])
+    torch_stats = trainer.train_step([*own, peer])
+    mlx_stats = mlx_backend.train_step([*own, peer])
+    assert by_hand > 1e-6 and torch_stats.kl == pytest.approx(by_hand, rel=1e-3)
+    assert mlx_stats.kl == pytest.approx(torch_stats.kl, rel=5e-2, abs=1e-5)
+    assert mlx_stats.loss == pytest.approx(torch_stats.loss, rel=1e-2, abs=1e-4)
+
+
 def test_the_mlx_backend_imports_no_torch():
     import subprocess
     import sys

@@ -25,3 +25,23 @@ def test_a_fading_format_bonus_fades_out_of_the_advantages():
     assert not has_signal(faded) and group_advantages(faded) == [0.0] * 4
     # a right answer among wrong ones keeps its full pull, whatever the bonus
     assert group_advantages([1.005, 0.005, 0.0, 0.0])[0] > 0.7
+
+
+def test_every_reply_becomes_a_training_sample_that_knows_whether_a_peer_sent_it():
+    """The trainer's KL anchor leaves peers' replies out (torch_grpo.py): a training sample says
+    whose it is, and another model's replies say so too."""
+    from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
+    from swarmling.app.learning.round import training_samples
+    from swarmling.app.learning.tasks import Task, TaskSpec
+    from swarmling.backends.base import ChatPrompt
+
+    def group(source: str, other_model: bool = False) -> QuestionGroup:
+        replies = [ScoredCompletion("1", [5], None, "stop", 1.0, True, 1.0, sender_logprob=-2.0),
+                   ScoredCompletion("2", [6], None, "stop", 0.0, True, 0.0, sender_logprob=-3.0)]
+        return QuestionGroup(Task(TaskSpec("starter", "chain_sum", "{}", 0, 0), "1 + 0?", {}), 0, ChatPrompt("s", "1 + 0?", ""), [1],
+                             replies, source=source, other_model=other_model)
+
+    samples = training_samples([group("local"), group("peer-a"), group("peer-b", other_model=True)])
+    assert [s.from_peer for s in samples] == [False, False, True, True, True, True]
+    assert [s.from_other_model for s in samples] == [False] * 4 + [True, True]
+    assert [s.advantage for s in samples[:2]] == [0.5, -0.5]

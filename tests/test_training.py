@@ -164,6 +164,26 @@ def test_the_anchor_is_the_k3_kl_to_the_base_model_computed_by_hand(backend):
     assert stats.reference_seconds > 0 and stats.learning_rate > 0
 
 
+def test_the_anchor_leaves_peers_replies_out(backend):
+    """k3 estimates the KL on the policy's own samples only: with a peer's reply in the batch the
+    step's KL is still the mean over the own replies' tokens (a peer's text the policy finds
+    unlikely would otherwise blow it up), and a batch of peers' replies alone has no anchor."""
+    trainer = backend.trainer
+    prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
+    own = [TrainSample(prompt, backend.tokenize("8</answer>"), 1.0), TrainSample(prompt, backend.tokenize("9</answer>"), -1.0)]
+    for _ in range(3):
+        backend.train_step(own)  # move away from the base
+    peer = TrainSample(prompt, backend.tokenize("eight, I think</answer>"), 1.0, sequence_behaviour_logprob=-20.0,
+                       from_peer=True)
+    policy = trainer.token_logprobs(own)
+    with trainer.model.disable_adapter():
+        base = trainer.token_logprobs(own)
+    by_hand = np.mean([np.exp(b - p) - (b - p) - 1 for ps, bs in zip(policy, base) for p, b in zip(ps, bs)])
+    assert np.isclose(backend.train_step([own[0], peer, own[1]]).kl, by_hand, rtol=1e-3, atol=1e-7)
+    alone = backend.train_step([peer])
+    assert alone.kl is None and alone.reference_seconds == 0
+
+
 def test_a_peers_reply_pushed_down_weighs_at_most_one_and_nothing_from_another_model(backend):
     prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
     reply = backend.tokenize("9</answer>")

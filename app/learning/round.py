@@ -294,7 +294,7 @@ def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:
     """Every reply of the groups as a training sample, with its group's advantage."""
     return [
         TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob,
-                    from_other_model=g.other_model)
+                    from_other_model=g.other_model, from_peer=g.source != "local")
         for g in groups
         for c, adv in zip(g.completions, g.advantages())
         if c.token_ids
