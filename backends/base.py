@@ -95,7 +95,7 @@ class TrainStats:
     # share of tokens whose ratio pi_train/pi_sampler falls outside [0.8, 1.2].
     sampler_logprob_gap: float = 0.0
     sampler_ratio_outside: float = 0.0
-    kl: float | None = None  # mean k3 estimate of KL(pi || pi_base) per token; None: no anchor
+    kl: float | None = None  # mean k3 estimate of KL(pi || pi_base) per own token; None: no anchor, or no own reply
     learning_rate: float = 0.0  # the step size this update took (warmup included)
     reference_seconds: float = 0.0  # spent on the anchor's reference forward
     # Mean weight of peers' replies with a negative advantage (None: none in the batch).

@@ -280,8 +280,8 @@ class MlxBackend(Backend):
             objective, ratio, clipped = grpo_token_objective(logp, old, adv, grpo, weight)
             kl = mx.zeros((1,))
             if reference is not None:
-                own = mx.array([0.0 if s.from_peer else 1.0 for s in batch for _ in s.completion_ids])
-                kl = k3_kl(logp, reference) * own
+                own = mx.array([not s.from_peer for s in batch for _ in s.completion_ids])
+                kl = k3_kl(logp, reference, own)
                 # the mean over own tokens: the loss divides by all tokens, peers' included
                 objective = objective - grpo.kl_beta * (total / own_tokens) * kl
             return -objective.sum() / total, (ratio, clipped, old, mx.stop_gradient(kl).sum())

@@ -34,8 +34,11 @@ def sequence_importance_weight(old_logp_sum: mx.array, sender_logp_sum: mx.array
     return mx.minimum(mx.exp(mx.minimum(mx.stop_gradient(old_logp_sum) - sender_logp_sum, 50.0)), cap)
 
 
-def k3_kl(logp: mx.array, ref_logp: mx.array) -> mx.array:
+def k3_kl(logp: mx.array, ref_logp: mx.array, counted: mx.array | None = None) -> mx.array:
+    """As torch_grpo.k3_kl: 0 where `counted` is False, q masked before the exp."""
     q = mx.stop_gradient(ref_logp) - logp
+    if counted is not None:
+        q = mx.where(counted, q, mx.zeros_like(q))
     return mx.exp(q) - q - 1
 
 

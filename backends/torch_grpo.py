@@ -12,7 +12,9 @@ The KL anchor (Schulman's k3 estimator: unbiased on samples from pi, never negat
 policy near the base model: without it nothing stops drift once clipping cannot act (one update per
 batch: the ratio is 1 at the update). It is estimated on this node's own replies only: k3 holds on
 samples of pi, and on a peer's text, where pi can be far below pi_base, exp(q) is unbounded
-(measured: one step's KL at 1,863 nats a token and a gradient norm of 4,657, from peers' replies). `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
+(measured: one step's KL at 1,863 nats a token and a gradient norm of 4,657 in a step with peers'
+replies; for one of its own sampled tokens the policy would need a probability e^13.5 times
+below the base's). `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
 detached: it corrects for the sampler (llama.cpp on a quantized file) not being exactly the
 trainer's policy (Yao et al. 2025, "truncated importance sampling"). It is 1 when unused.
 
@@ -65,9 +67,13 @@ def grpo_token_objective(
     return objective, ratio.detach(), (clipped < unclipped).detach()
 
 
-def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(pi || pi_ref): exp(q) - q - 1 with q = ref_logp - logp."""
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || pi_ref): exp(q) - q - 1 with q = ref_logp - logp; 0 in
+    value and gradient where `counted` is False. q is masked before the exp: a peer's token our
+    policy finds unlikely enough overflows exp(q), and inf x 0 would make the whole step NaN."""
     q = ref_logp.detach() - logp
+    if counted is not None:
+        q = torch.where(counted, q, torch.zeros_like(q))
     return torch.exp(q) - q - 1
 
 

@@ -383,7 +383,7 @@ class TorchLoraTrainer:
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
             if anchored:
                 own = torch.tensor([not sample.from_peer for sample in batch], device=self.device)[owner]
-                kl = k3_kl(logp, self._in_microbatch(references, mb)) * own
+                kl = k3_kl(logp, self._in_microbatch(references, mb), own)
                 # the mean over own tokens: the loss divides by all tokens, peers' included
                 objective = objective - beta * (total_tokens / own_tokens) * kl
                 kl_sum += float(kl.detach().sum())

@@ -23,6 +23,19 @@ def test_k3_is_exp_q_minus_q_minus_1_and_never_negative():
     assert math.isclose(expected_k3, exact, rel_tol=1e-6)
 
 
+def test_k3_leaves_out_what_it_does_not_count_even_where_exp_would_overflow():
+    """A peer's token our policy finds far less likely than the base (q = 200: exp overflows) adds
+    nothing, in value or gradient, so it cannot turn a step into NaN and have it skipped."""
+    logp = torch.tensor([-1.0, -201.0, -2.0], requires_grad=True)
+    ref = torch.tensor([-1.5, -1.0, -1.0])
+    counted = torch.tensor([True, False, True])
+    kl = k3_kl(logp, ref, counted)
+    kl.sum().backward()
+    assert kl[1] == 0 and logp.grad[1] == 0 and bool(torch.isfinite(logp.grad).all())
+    assert torch.allclose(kl[[0, 2]], k3_kl(logp.detach()[[0, 2]], ref[[0, 2]]))
+    assert not torch.isfinite(k3_kl(logp.detach(), ref)).all()  # unmasked, it would overflow
+
+
 def test_a_peers_negative_reply_weighs_its_ratio_corrected_by_our_own_sampler_gap_at_most_the_cap():
     # the same text, the same policy: our trainer's sum is lower than the sender's llama.cpp sum by
     # exactly our own measured gap per token (-0.02 x 10 tokens): the corrected ratio is 1

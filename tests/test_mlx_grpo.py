@@ -78,3 +78,11 @@ def test_the_kl_anchor_and_the_weight_of_peers_negatives_are_the_same_in_both():
         t = float(torch_grpo.negative_reply_weight(torch.tensor(args[0]), torch.tensor(args[1]), *args[2:]))
         m = float(mlx_grpo.negative_reply_weight(mx.array(args[0]), mx.array(args[1]), *args[2:]))
         assert np.isclose(t, m, rtol=1e-5)
+
+
+def test_k3_leaves_out_what_it_does_not_count_in_both():
+    logp, ref = np.array([-1.0, -201.0, -2.0]), np.array([-1.5, -1.0, -1.0])
+    counted = np.array([True, False, True])
+    t = torch_grpo.k3_kl(torch.tensor(logp), torch.tensor(ref), torch.tensor(counted)).numpy()
+    m = np.array(mlx_grpo.k3_kl(mx.array(logp.astype(np.float32)), mx.array(ref.astype(np.float32)), mx.array(counted)))
+    assert t[1] == 0 and m[1] == 0 and np.allclose(t, m, rtol=1e-5)

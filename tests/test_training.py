@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -61,8 +63,6 @@ def test_abandoned_step_changes_nothing(backend):
 
 def test_external_importance_weight_is_off_by_default_and_truncated_when_on():
     """Peers' completions: one weight per completion, min(exp(sum old logp - sender logp), cap)."""
-    import dataclasses
-
     from swarmling.app.config import Config
     from swarmling.backends.settings import GrpoSettings
     from swarmling.backends.torch_grpo import external_weight, sequence_importance_weight
@@ -95,8 +95,6 @@ def test_a_microbatchs_token_weights_line_up_with_its_samples_and_take_its_own_s
     its local order. The sampler's correction weighs this node's own tokens; a peer's negative
     reply is weighed with the gap measured on this microbatch's own replies, and with the node's
     running gap only where it has none."""
-    import dataclasses
-
     from swarmling.app.config import Config
     from swarmling.backends.microbatches import SamplerGap
     from swarmling.backends.settings import GrpoSettings
@@ -179,7 +177,18 @@ def test_the_anchor_leaves_peers_replies_out(backend):
     with trainer.model.disable_adapter():
         base = trainer.token_logprobs(own)
     by_hand = np.mean([np.exp(b - p) - (b - p) - 1 for ps, bs in zip(policy, base) for p, b in zip(ps, bs)])
-    assert np.isclose(backend.train_step([own[0], peer, own[1]]).kl, by_hand, rtol=1e-3, atol=1e-7)
+    # With the step size at 0 the state stays put: the anchor adds beta x the own-token mean to the
+    # loss, whatever the share of peers' tokens in it.
+    optim, grpo = trainer.optim, trainer.grpo
+    trainer.optim = dataclasses.replace(optim, learning_rate=0.0)
+    try:
+        anchored = backend.train_step([own[0], peer, own[1]])
+        trainer.grpo = dataclasses.replace(grpo, kl_beta=0.0)
+        unanchored = backend.train_step([own[0], peer, own[1]])
+    finally:
+        trainer.optim, trainer.grpo = optim, grpo
+    assert np.isclose(anchored.kl, by_hand, rtol=1e-3, atol=1e-7)
+    assert np.isclose(anchored.loss - unanchored.loss, grpo.kl_beta * by_hand, rtol=1e-3, atol=1e-7)
     alone = backend.train_step([peer])
     assert alone.kl is None and alone.reference_seconds == 0
 

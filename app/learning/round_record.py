@@ -23,7 +23,7 @@ class TrainRecord(msgspec.Struct, kw_only=True, frozen=True):
     sampler_logprob_gap: float
     sampler_ratio_outside: float
     groups: int = 0  # question-groups in the batch (this round's and those that waited for it)
-    kl: float | None = None  # mean k3 estimate of KL(pi || pi_base) per token (None: no anchor)
+    kl: float | None = None  # mean k3 estimate of KL(pi || pi_base) per own token (None: no anchor, or no own reply)
     learning_rate: float = 0.0  # the step size of this update (warmup included)
     reference_seconds: float = 0.0  # the anchor's reference forward
     external_negative_weight: float | None = None  # mean weight of peers' replies pushed down
