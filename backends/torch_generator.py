@@ -46,6 +46,7 @@ class TorchGenerator:
         # KV cache, a full-length mask updated in place, bucketed prompt widths). The first round
         # pays the compilation; later rounds with the same shape replay the graphs.
         self._compiled = torch.compile(self._step, mode="reduce-overhead", dynamic=False) if compile_step else None
+        self.compile_failure = ""  # why decoding went eager, if compiling failed
         self._cache = None
         self._cache_shape: tuple[int, int] | None = None
 
@@ -156,6 +157,13 @@ class TorchGenerator:
             self._cache.reset()
         return self._cache
 
+    @property
+    def decoding(self) -> str:
+        """How the one-token step runs: compiled (CUDA graphs), or eager and why."""
+        if self._compiled is not None:
+            return "compiled (CUDA graphs)"
+        return f"eager ({self.compile_failure})" if self.compile_failure else "eager"
+
     def _decode_step(self, *args) -> torch.Tensor:
         """The per-token step: compiled (CUDA graphs) when asked for, eager otherwise or if
         compiling fails on this model/torch (logged once, never fatal)."""
@@ -165,6 +173,7 @@ class TorchGenerator:
             return self._compiled(*args)
         except Exception as exc:  # noqa: BLE001 — a compiler failure must not end the round
             log.warning("compiled decoding failed (%s: %s); decoding eagerly from now on", type(exc).__name__, exc)
+            self.compile_failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             self._compiled = None
             return self._step(*args)
 

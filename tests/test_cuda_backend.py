@@ -125,12 +125,15 @@ def test_a_failing_compiled_step_falls_back_to_eager(torch_backend, caplog):
         raise RuntimeError("inductor could not compile")
 
     gen._compiled = broken
+    assert gen.decoding == "compiled (CUDA graphs)"
     try:
         again = gen.generate([torch_backend.encode_prompt(prompts()[0])], 2, params)
+        fell_back = gen.decoding  # what bench-gpu prints
     finally:
-        gen._compiled = None
+        gen._compiled, gen.compile_failure = None, ""
     assert [c.token_ids for c in again.completions[0]] == [c.token_ids for c in eager.completions[0]]
     assert "decoding eagerly" in caplog.text
+    assert fell_back == "eager (RuntimeError: inductor could not compile)"
 
 
 def test_asking_for_cuda_without_a_device_is_a_clear_error(tmp_path):

@@ -159,7 +159,7 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
     print(f"{label}  ({weights / 1e6:.0f} MB of weights; training microbatches of {microbatch:,} tokens)")
     rows = [
         ("generate, first call (warm-up incl.)", first, ""),
-        ("generate, steady (median)", gen_s, f"{gen_s / floor:.1f}x the floor"),
+        ("generate, steady (median)", gen_s, f"{gen_s / floor:.1f}x the floor; decode step {generator.decoding}"),
         (f"score (real verifier, {len(samples)} replies)", score_s, ""),
         ("train (GRPO step, LoRA r16), first / steady", train_s, f"first {train_first:.2f} s"),
         ("train, each completion alone (steady)", unshared_s, f"shared prefixes {unshared_s / train_s:.1f}x faster; "
