@@ -28,6 +28,12 @@ def pack_microbatches(widths: Sequence[int], token_budget: int) -> list[list[int
     return groups
 
 
+def own_tokens(samples: Sequence[TrainSample]) -> int:
+    """Completion tokens of this node's own replies: what the KL anchor is estimated on (peers'
+    replies are no samples of this node's policy; torch_grpo.py)."""
+    return sum(len(s.completion_ids) for s in samples if not s.from_peer)
+
+
 def sampler_logprobs(samples: Sequence[TrainSample]) -> np.ndarray | None:
     """The sampler's logprob of every completion token, samples concatenated in order; NaN for
     the tokens of samples without them (re-tokenised external completions). None if no sample

@@ -29,7 +29,7 @@ from .adapter_format import (
     write_lora_config,
 )
 from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainerSwitches, TrainSample, TrainStats
-from .microbatches import SamplerGap
+from .microbatches import SamplerGap, own_tokens
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import RowBatch, attention_allowed, microbatches
 from .torch_compile import CompiledLayers
@@ -363,8 +363,8 @@ class TorchLoraTrainer:
         tokens_done = 0
         computed = 0
         beta = self.grpo.kl_beta
-        own_tokens = sum(len(s.completion_ids) for s in samples if not s.from_peer)
-        anchored = beta > 0 and own_tokens > 0  # the anchor is estimated on this node's own replies
+        own_count = own_tokens(samples)
+        anchored = beta > 0 and own_count > 0  # the anchor is estimated on this node's own replies
         if anchored:
             reference_s = time.perf_counter()
             references = self._anchor_references(samples)
@@ -385,7 +385,7 @@ class TorchLoraTrainer:
                 own = torch.tensor([not sample.from_peer for sample in batch], device=self.device)[owner]
                 kl = k3_kl(logp, self._in_microbatch(references, mb), own)
                 # the mean over own tokens: the loss divides by all tokens, peers' included
-                objective = objective - beta * (total_tokens / own_tokens) * kl
+                objective = objective - beta * (total_tokens / own_count) * kl
                 kl_sum += float(kl.detach().sum())
             loss = -objective.sum() / total_tokens
             loss.backward()
@@ -420,7 +420,7 @@ class TorchLoraTrainer:
             ratio_mean=ratio_sum / total_tokens,
             sampler_logprob_gap=gap.mean,
             sampler_ratio_outside=gap.outside_share,
-            kl=kl_sum / own_tokens if anchored else None,
+            kl=kl_sum / own_count if anchored else None,
             learning_rate=lr,
             reference_seconds=reference_s,
             external_negative_weight=sum(negatives) / len(negatives) if negatives else None,
