@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--seeds", type=_positive, help="seeds, i.e. pairs (default: the design's)")
     exp.add_argument("--seed-offset", type=_not_negative,
                      help="the first seed (default: the design's, 200/300/400, never used to choose anything)")
+    exp.add_argument("--arms", default="", help="comma-separated arms to run (default: all the design's); the others may "
+                     "run later into the same --out")
     exp.add_argument("--models", default="", help="comma-separated models, round-robin over the nodes (default: the configured one)")
     exp.add_argument("--burn-in", type=_not_negative, metavar="R", help="count the evaluations after round R (default: the design's)")
     exp.add_argument("--eval-every", type=_positive, metavar="R", help="evaluate every R rounds (default: the design's)")
@@ -345,12 +347,17 @@ def _experiment(c: Invocation) -> int:
     if not any(design.counted(r) for r in design.eval_rounds(rounds)):
         raise NodeError(f"--rounds {rounds}: no evaluation would come after the burn-in (round {design.burn_in}; "
                         f"evaluations every {design.eval_every} rounds): give more rounds, or --burn-in/--eval-every")
+    arms = tuple(name for name in a.arms.split(",") if name)
+    unknown = [name for name in arms if name not in {arm.name for arm in design.arms}]
+    if unknown:
+        raise NodeError(f"--arms: {', '.join(unknown)} not an arm of {design.name}; its arms: "
+                        f"{', '.join(arm.name for arm in design.arms)}")
     threads = c.config.backend.threads or 2  # an experiment's default: the 2 threads its figures were measured on
     overrides = tuple((k, v) for k, v in c.overrides if k != "backend.threads")
     return experiment_command(ExperimentOptions(
         design=design, out=a.out, nodes=a.nodes or design.nodes, rounds=rounds,
         seeds=a.seeds or design.seeds, seed_offset=design.first_seed if a.seed_offset is None else a.seed_offset, models=tuple(m for m in a.models.split(",") if m),
-        tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides, archive=a.archive), c.paths)
+        tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides, archive=a.archive, arms=arms), c.paths)
 
 
 def _eval(c: Invocation) -> int:

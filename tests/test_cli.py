@@ -50,6 +50,14 @@ def test_an_experiment_too_short_for_its_burn_in_is_refused_before_any_work(tmp_
     assert not out.exists()
 
 
+def test_an_experiment_arm_the_design_lacks_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "exp"
+    assert main(["--home", str(tmp_path), "experiment", "--design", "rare-success", "--arms", "alone,alone-uniform",
+                 "--out", str(out)]) == 1
+    assert "--arms: alone-uniform not an arm of rare-success; its arms: alone, sharing" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("flag", [["--burn-in", "-1"], ["--minutes", "0"], ["--minutes", "soon"]])
 def test_an_experiment_flag_out_of_range_is_refused(tmp_path, capsys, flag):
     with pytest.raises(SystemExit):

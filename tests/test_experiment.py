@@ -67,6 +67,23 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
 
 
+def test_arms_run_apart_into_one_folder_make_one_grid_and_models_are_reported_apart(tmp_path):
+    home, models = resolve_paths(tmp_path / "home"), ("smollm2-135m", "gemma3-270m")
+    first = options(tmp_path / "exp", arms=("sharing",), models=models)
+    assert run_experiment(first, home, build=fake, progress=lambda s: None)
+    assert not (first.out / "runs" / "alone").exists()
+    assert set(summarise(first)["arms"]) == {"alone", "sharing"}  # the baseline shown, empty; the uniform arm left out
+    assert not summarise(first)["comparisons"]
+    second = replace(first, arms=("alone",))
+    assert run_experiment(second, home, build=fake, progress=lambda s: None)
+    summary = summarise(second)
+    assert summary["comparisons"]["sharing"]["pairs"] == 2  # the sharing runs of the first invocation, paired
+    seed = summary["arms"]["sharing"]["seeds"]["50"]
+    assert set(seed["primary_by_model"]) == set(models)  # node 0 SmolLM2, node 1 Gemma
+    assert math.isclose(sum(seed["primary_by_model"].values()) / 2, seed["primary"])
+    assert "By model" in table(summary) and "gemma3-270m" in table(summary)
+
+
 def test_a_grid_stopped_after_every_round_resumes_to_what_an_uninterrupted_one_gives(tmp_path):
     home = resolve_paths(tmp_path / "home")
     whole = options(tmp_path / "whole")

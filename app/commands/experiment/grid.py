@@ -52,10 +52,20 @@ class ExperimentOptions:
     minutes: float | None = None  # stop, resumably, once this long has passed (at a round's end)
     overrides: tuple[tuple[str, object], ...] = ()
     archive: Path | None = None  # finished runs' results carried between machines (archive.py)
+    arms: tuple[str, ...] = ()  # the design's arms this invocation runs; () = all of them
 
     @property
     def seed_values(self) -> range:
         return range(self.seed_offset, self.seed_offset + self.seeds)
+
+    @property
+    def arms_run(self) -> tuple[Arm, ...]:
+        """The arms to run, in the design's order. Not part of the plan: like more seeds, another
+        invocation may run the others into the same folder."""
+        return tuple(a for a in self.design.arms if not self.arms or a.name in self.arms)
+
+    def model_of(self, node: int) -> str | None:
+        return self.models[node % len(self.models)] if self.models else None
 
     def run_dir(self, arm: Arm, seed: int) -> Path:
         return self.out / "runs" / arm.name / f"seed-{seed}"
@@ -74,7 +84,7 @@ def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[Ba
     base_file = options.out / "base.json"
     base = json.loads(base_file.read_text()) if base_file.exists() else {}
     for seed in options.seed_values:  # seed-major: a stopped grid has whole pairs
-        for arm in options.design.arms:
+        for arm in options.arms_run:
             started, rounds_before = time.monotonic(), chunk.rounds
             if not _run_config(options, arm, seed, paths, build, base, chunk, progress):
                 return False
@@ -200,7 +210,7 @@ def node_config(options: ExperimentOptions, arm: Arm, seed: int, k: int) -> Conf
            ("eval.every_rounds", 0), ("swarm.enabled", False), ("resources.nice", 0),
            ("resources.pause_on_battery", False), ("backend.threads", options.threads), ("checkpoint.keep", 1)]
     if options.models:
-        cli.append(("model.name", options.models[k % len(options.models)]))
+        cli.append(("model.name", options.model_of(k)))
     return load_config(None, environ={}, cli=cli)
 
 

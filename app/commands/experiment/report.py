@@ -29,11 +29,15 @@ def summarise(options: ExperimentOptions) -> dict:
             if not all(set(design.eval_rounds(options.rounds)) <= set(n) for n in nodes):
                 continue  # not finished: left out of every comparison
             curve = {r: fmean(design.primary(k, n[r]) for k, n in enumerate(nodes)) for r in sorted(nodes[0])}
+            by_node = [fmean(design.primary(k, n[r]) for r in n if design.counted(r)) for k, n in enumerate(nodes)]
             records = [[RoundRecord.from_dict(r) for r in read_records(run_dir / f"node-{k}" / "state" / "metrics.jsonl")]
                        for k in range(options.nodes)]
             seeds[str(seed)] = {
                 "primary": fmean(v for r, v in curve.items() if design.counted(r)),
                 "curve": [[r, v] for r, v in curve.items()],
+                # heterogeneous swarms (--models): each model's nodes apart, as their means differ
+                "primary_by_model": {m: fmean(v for k, v in enumerate(by_node) if options.model_of(k) == m)
+                                     for m in dict.fromkeys(options.models)},
                 "per_dataset_final": {d: fmean(n[options.rounds][d] for n in nodes) for d, _ in design.specialities},
                 "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
@@ -42,6 +46,8 @@ def summarise(options: ExperimentOptions) -> dict:
                 "resumed_at": [r["round"] for r in read_records(run_dir / RESUMES_FILE)
                                if arm.external and not r.get("inboxes")],
             }
+        if not seeds and arm.name != design.baseline and arm not in options.arms_run:
+            continue  # not run here (--arms) nor by any invocation before
         values = [s["primary"] for s in seeds.values()]
         arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
                           "primary_se": stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None,
@@ -96,6 +102,11 @@ def table(summary: dict) -> str:
         cost = f"{seconds:.1f} ({seconds / base_s:.2f}x)" if seconds and base_s else "-"
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} |")
+    if len(summary["models"]) > 1:
+        lines += ["", "By model (each model's nodes, mean over seeds): " + "; ".join(
+            f"{name}: " + ", ".join(f"{m} {fmean(s['primary_by_model'][m] for s in arm['seeds'].values()):.1%}"
+                                   for m in summary["models"])
+            for name, arm in summary["arms"].items() if arm["seeds"]) + "."]
     resumed = [f"{name} seed {seed} at round {', '.join(map(str, run['resumed_at']))}"
                for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items() if run.get("resumed_at")]
     if len(summary.get("revisions", [])) > 1:
