@@ -438,13 +438,17 @@ def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSe
         for s, sender in zip(batch, senders):
             n = len(s.completion_ids)
             w = mx.array(1.0)
-            if sender is not None:
+            pushed_down = negative_cap > 0 and s.advantage < 0
+            if sender is not None and s.from_other_model:  # no comparable logprob: no ratio
+                if pushed_down:
+                    w = mx.array(0.0)
+                    negatives.append(0.0)
+            elif sender is not None:
                 total, sent = old[offset : offset + n].sum(), mx.array(sender, dtype=mx.float32)
                 if cap > 0:
                     w = sequence_importance_weight(total, sent, cap)
-                if negative_cap > 0 and s.advantage < 0:
-                    negative = mx.array(0.0) if s.from_other_model else \
-                        negative_reply_weight(total, sent, n, sampler_bias, negative_cap)
+                if pushed_down:
+                    negative = negative_reply_weight(total, sent, n, sampler_bias, negative_cap)
                     w = mx.minimum(w, negative)
                     negatives.append(float(negative))
             parts.append(mx.broadcast_to(w, (n,)))

@@ -128,7 +128,9 @@ def external_weight(batch: Sequence[TrainSample], owner: torch.Tensor, old: torc
                     sampler_bias: float, negatives: list[float]) -> torch.Tensor | None:
     """Sequence-level weights of peers' completions: all of them truncated at
     external_importance_cap when set, and those with a negative advantage at
-    external_negative_cap; None where no weight applies."""
+    external_negative_cap; None where no weight applies. A reply from another model (another
+    tokenizer) gets no ratio whatever the caps: its right replies weigh 1, its wrong ones 0 while
+    the negative cap is on."""
     cap, negative_cap = settings.external_importance_cap, settings.external_negative_cap
     external = [local for local, sample in enumerate(batch) if sample.sequence_behaviour_logprob is not None]
     if not external or (cap <= 0 and negative_cap <= 0):
@@ -138,12 +140,17 @@ def external_weight(batch: Sequence[TrainSample], owner: torch.Tensor, old: torc
         sample = batch[local]
         mask = owner == local
         total = old[mask].sum()
+        pushed_down = negative_cap > 0 and sample.advantage < 0
+        if sample.from_other_model:  # no comparable logprob: no ratio, and its wrong replies not pushed down
+            if pushed_down:
+                weight[mask] = 0.0
+                negatives.append(0.0)
+            continue
         sender = torch.tensor(sample.sequence_behaviour_logprob, dtype=old.dtype, device=old.device)
         if cap > 0:
             weight[mask] = sequence_importance_weight(total, sender, cap)
-        if negative_cap > 0 and sample.advantage < 0:
-            w = torch.zeros((), dtype=old.dtype, device=old.device) if sample.from_other_model else \
-                negative_reply_weight(total, sender, int(mask.sum()), sampler_bias, negative_cap)
+        if pushed_down:
+            w = negative_reply_weight(total, sender, int(mask.sum()), sampler_bias, negative_cap)
             weight[mask] = torch.minimum(weight[mask], w)
             negatives.append(float(w))
     return weight

@@ -86,3 +86,25 @@ def test_k3_leaves_out_what_it_does_not_count_in_both():
     t = torch_grpo.k3_kl(torch.tensor(logp), torch.tensor(ref), torch.tensor(counted)).numpy()
     m = np.array(mlx_grpo.k3_kl(mx.array(logp.astype(np.float32)), mx.array(ref.astype(np.float32)), mx.array(counted)))
     assert t[1] == 0 and m[1] == 0 and np.allclose(t, m, rtol=1e-5)
+
+
+def test_a_reply_from_another_model_gets_no_ratio_in_both():
+    """Across tokenizers a logprob ratio compares different segmentations: another model's right
+    reply weighs 1 even with the sequence-level cap on, its wrong one 0; a same-model peer's
+    unlikely reply is truncated by the ratio."""
+    from swarmling.backends.base import TrainSample
+    from swarmling.backends.mlx import _importance_weight
+
+    settings = GrpoSettings(clip_low=0.2, clip_high=0.28, importance_cap=0.0, external_importance_cap=2.0,
+                            external_negative_cap=1.0, kl_beta=0.0)
+    batch = [TrainSample([1], [5, 6, 7], 1.0, sequence_behaviour_logprob=-1.0, from_peer=True),  # same model, unlikely for us
+             TrainSample([1], [5, 6], 1.0, sequence_behaviour_logprob=-1.0, from_peer=True, from_other_model=True),
+             TrainSample([1], [5, 6], -1.0, sequence_behaviour_logprob=-1.0, from_peer=True, from_other_model=True)]
+    old = np.full(7, -2.0)
+    owner = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    t_negatives, m_negatives = [], []
+    t = torch_grpo.external_weight(batch, owner, torch.tensor(old), settings, 0.0, t_negatives).numpy()
+    m = np.array(_importance_weight(batch, mx.array(old.astype(np.float32)), settings, 0.0, m_negatives))
+    np.testing.assert_allclose(t, [np.exp(-5.0)] * 3 + [1.0, 1.0, 0.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(m, t, rtol=1e-5)
+    assert t_negatives == m_negatives == [0.0]
