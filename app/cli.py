@@ -344,9 +344,11 @@ def _experiment(c: Invocation) -> int:
     design = replace(design, burn_in=design.burn_in if a.burn_in is None else a.burn_in,
                      eval_every=a.eval_every or design.eval_every)
     rounds = a.rounds or design.rounds
-    if not any(design.counted(r) for r in design.eval_rounds(rounds)):
-        raise NodeError(f"--rounds {rounds}: no evaluation would come after the burn-in (round {design.burn_in}; "
-                        f"evaluations every {design.eval_every} rounds): give more rounds, or --burn-in/--eval-every")
+    counted, needed = sum(design.counted(r) for r in design.eval_rounds(rounds)), 1 if a.tiny else 3  # --tiny: smoke runs
+    if counted < needed:
+        raise NodeError(f"--rounds {rounds}: {counted} evaluations would come after the burn-in (round {design.burn_in}; "
+                        f"evaluations every {design.eval_every} rounds), an experiment needs {needed}: give more rounds, "
+                        "or --burn-in/--eval-every")
     arms = tuple(name for name in a.arms.split(",") if name)
     unknown = [name for name in arms if name not in {arm.name for arm in design.arms}]
     if unknown:

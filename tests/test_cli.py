@@ -46,8 +46,11 @@ def test_an_experiment_too_short_for_its_burn_in_is_refused_before_any_work(tmp_
     out = tmp_path / "exp"
     assert main(["--home", str(tmp_path), "experiment", "--design", "rare-success", "--rounds", "10",
                  "--out", str(out)]) == 1
-    assert "--rounds 10: no evaluation would come after the burn-in (round 10" in capsys.readouterr().err
+    assert "--rounds 10: 0 evaluations would come after the burn-in (round 10" in capsys.readouterr().err
     assert not out.exists()
+    assert main(["--home", str(tmp_path), "experiment", "--design", "rare-success", "--rounds", "20",
+                 "--out", str(out)]) == 1  # two after it (rounds 15, 20): a mean of two is too noisy to pair on
+    assert "2 evaluations would come after the burn-in" in capsys.readouterr().err and not out.exists()
 
 
 def test_an_experiment_arm_the_design_lacks_is_refused_before_any_work(tmp_path, capsys):

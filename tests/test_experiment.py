@@ -25,8 +25,8 @@ SMALL = replace(DESIGNS["specialists"], nodes=2, rounds=4, seeds=2, burn_in=1, e
 
 
 def options(out, **kw) -> ExperimentOptions:
-    return ExperimentOptions(design=SMALL, out=out, nodes=2, rounds=4, seeds=2, seed_offset=50, tiny=True, threads=1,
-                             overrides=(("train.min_signal_groups", 0),), **kw)
+    return ExperimentOptions(**{"design": SMALL, "out": out, "nodes": 2, "rounds": 4, "seeds": 2, "seed_offset": 50,
+                                "tiny": True, "threads": 1, "overrides": (("train.min_signal_groups", 0),), **kw})
 
 
 def fake(spec):
@@ -82,6 +82,74 @@ def test_arms_run_apart_into_one_folder_make_one_grid_and_models_are_reported_ap
     assert set(seed["primary_by_model"]) == set(models)  # node 0 SmolLM2, node 1 Gemma
     assert math.isclose(sum(seed["primary_by_model"].values()) / 2, seed["primary"])
     assert "By model" in table(summary) and "gemma3-270m" in table(summary)
+
+
+class DrawRecorder(FakeBackend):
+    """What a node drew (the questions and sampling seed of each round's generation) and trained on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draws, self.trained = [], []
+
+    def generate(self, prompts, n, params, should_stop=None, on_progress=None):
+        if n > 1:  # a round's groups (evaluations draw one near-greedy reply)
+            self.draws.append(([p.user for p in prompts], n, params.seed))
+        return super().generate(prompts, n, params, should_stop, on_progress)
+
+    def train_step(self, samples, should_stop=None, on_progress=None):
+        self.trained.append(sorted(s.completion_ids for s in samples))
+        return super().train_step(samples, should_stop, on_progress)
+
+
+def recorded_grid(out, **kw) -> list[DrawRecorder]:
+    """The backends of a grid's nodes, in the order they were built (run by run, node by node)."""
+    built = []
+
+    def build(spec):
+        built.append(DrawRecorder())
+        return built[-1]
+
+    assert run_experiment(options(out, seeds=1, **kw), resolve_paths(out / "home"), build=build, progress=lambda s: None)
+    return built
+
+
+def test_the_arms_of_a_pair_draw_the_same_questions_and_seeds_through_the_grid(tmp_path):
+    """Common random numbers through the whole grid (real nodes, the in-memory exchange): the arms
+    of a pair draw the same questions and sampling seeds in every round, and differ in what they
+    train on; a pair on another seed (the negative control) draws differently."""
+    alone_0, alone_1, sharing_0, sharing_1 = recorded_grid(tmp_path / "a", arms=("alone", "sharing"))
+    for alone, sharing in ((alone_0, sharing_0), (alone_1, sharing_1)):
+        assert len(alone.draws) == SMALL.rounds and alone.draws == sharing.draws
+    assert alone_0.trained != sharing_0.trained and alone_1.trained != sharing_1.trained  # peers' groups in
+    other_seed = recorded_grid(tmp_path / "b", arms=("alone",), seed_offset=51)
+    assert all(d[0] != o for d, o in zip(alone_0.draws, other_seed[0].draws))
+    assert [d[2] for d in alone_0.draws] != [d[2] for d in other_seed[0].draws]
+
+
+def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
+    """The statistics on a synthetic grid (evaluation logs written by hand, no run): the burn-in is
+    cut, nodes are averaged, a specialist is scored outside its speciality, and the paired
+    difference is the one built in."""
+    o = options(tmp_path / "exp", arms=("alone", "sharing"))
+    lift = {50: 0.10, 51: 0.06}  # sharing minus alone, per seed, outside each node's speciality
+    for arm in ("alone", "sharing"):
+        for seed in o.seed_values:
+            for k in range(o.nodes):
+                own, node = SMALL.specialities[k][0], o.run_dir(SMALL.arm(arm), seed) / f"node-{k}"
+                node.mkdir(parents=True)
+                with (node / "evals.jsonl").open("w") as f:
+                    for r in SMALL.eval_rounds(o.rounds):
+                        gain = lift[seed] if arm == "sharing" and SMALL.counted(r) else 0.0
+                        # before the burn-in sharing is far behind: cut, it would hide the built-in lift
+                        early = -0.5 if arm == "sharing" and not SMALL.counted(r) and r else 0.0
+                        row = {d: 0.9 if d == own else 0.2 + 0.01 * k + gain + early for d, _ in SMALL.specialities}
+                        f.write(json.dumps({"round": r, "per_dataset": row}) + "\n")
+    summary = summarise(o)
+    by_seed = {s: v["primary"] for s, v in summary["arms"]["sharing"]["seeds"].items()}
+    assert by_seed == pytest.approx({"50": 0.205 + 0.10, "51": 0.205 + 0.06})  # mean of nodes, own speciality out
+    c = summary["comparisons"]["sharing"]
+    assert c["mean"] == pytest.approx(0.08) and c["pairs"] == 2 and c["sd"] == pytest.approx(0.04 / math.sqrt(2))
+    assert c["low"] == pytest.approx(0.08 - t_quantile(0.975, 1) * 0.02)  # t with 1 df, SE = sd / sqrt(2)
 
 
 def test_a_grid_stopped_after_every_round_resumes_to_what_an_uninterrupted_one_gives(tmp_path):

@@ -37,7 +37,7 @@ def summarise(options: ExperimentOptions) -> dict:
                 "curve": [[r, v] for r, v in curve.items()],
                 # heterogeneous swarms (--models): each model's nodes apart, as their means differ
                 "primary_by_model": {m: fmean(v for k, v in enumerate(by_node) if options.model_of(k) == m)
-                                     for m in dict.fromkeys(options.models)},
+                                     for m in dict.fromkeys(options.model_of(k) for k in range(options.nodes)) if m},
                 "per_dataset_final": {d: fmean(n[options.rounds][d] for n in nodes) for d, _ in design.specialities},
                 "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
@@ -89,8 +89,8 @@ def table(summary: dict) -> str:
         + (f"; models {', '.join(summary['models'])}" if summary["models"] else ""),
         "",
         f"| arm | seeds | {summary['metric']} (mean ± SE) | vs {summary['baseline']}: paired difference [95% CI] "
-        "| smallest detectable (80% power) | s per node-round (vs baseline) |",
-        "|---|---|---|---|---|---|",
+        "| smallest detectable (80% power) | s per node-round (vs baseline) | peers' share of the advantage |",
+        "|---|---|---|---|---|---|---|",
     ]
     base_s = summary["arms"][summary["baseline"]]["node_round_seconds"]
     for name, arm in summary["arms"].items():
@@ -100,12 +100,15 @@ def table(summary: dict) -> str:
         detect = f"{c['detectable']:.1%}" if c and c["pairs"] > 1 else "-"
         seconds = arm["node_round_seconds"]
         cost = f"{seconds:.1f} ({seconds / base_s:.2f}x)" if seconds and base_s else "-"
+        # what the mix became: a 2/6 arm trains on fewer peers' groups when peers have few with signal
+        share = _mean([s["external_advantage_share"] for s in arm["seeds"].values()])
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
-                     f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} |")
+                     f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} | "
+                     f"{'-' if share is None else f'{share:.0%}'} |")
     if len(summary["models"]) > 1:
         lines += ["", "By model (each model's nodes, mean over seeds): " + "; ".join(
             f"{name}: " + ", ".join(f"{m} {fmean(s['primary_by_model'][m] for s in arm['seeds'].values()):.1%}"
-                                   for m in summary["models"])
+                                   for m in next(iter(arm["seeds"].values()))["primary_by_model"])
             for name, arm in summary["arms"].items() if arm["seeds"]) + "."]
     resumed = [f"{name} seed {seed} at round {', '.join(map(str, run['resumed_at']))}"
                for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items() if run.get("resumed_at")]
