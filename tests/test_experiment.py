@@ -61,8 +61,10 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     assert summary["comparisons"]["sharing"]["pairs"] == 2
     base = json.loads((o.out / "base.json").read_text())
     assert set(base) == {"smollm2-135m"}  # the base model scored once, shared by every node
+    assert all(a["node_round_cpu_seconds"] > 0 for a in summary["arms"].values())
     text = table(summary)
     assert "| sharing | 2 |" in text and "paired difference" in text and "smallest detectable" in text
+    assert "CPU s per node-round" in text and "wall" not in text
     plot(summary, o.out)
     assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
 
@@ -150,6 +152,18 @@ def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
     c = summary["comparisons"]["sharing"]
     assert c["mean"] == pytest.approx(0.08) and c["pairs"] == 2 and c["sd"] == pytest.approx(0.04 / math.sqrt(2))
     assert c["low"] == pytest.approx(0.08 - t_quantile(0.975, 1) * 0.02)  # t with 1 df, SE = sd / sqrt(2)
+
+
+def test_the_cost_is_cpu_time_which_a_wait_does_not_inflate(tmp_path):
+    """A node-round's cost is the process's CPU seconds: time spent waiting (here 2 ms a reply in
+    the backend; a frozen or suspended grid alike) adds to its wall seconds only."""
+    o = options(tmp_path / "exp", seeds=1, arms=("alone",))
+    assert run_experiment(o, resolve_paths(tmp_path / "home"), build=lambda spec: FakeBackend(step_seconds=0.002),
+                          progress=lambda s: None)
+    rows = read_records(o.run_dir(SMALL.arm("alone"), 50) / "node-0" / "cpu.jsonl")
+    assert [r["round"] for r in rows] == list(range(1, SMALL.rounds + 1))
+    waited = 4 * 4 * 0.002  # tiny rounds: 4 questions x 4 replies
+    assert all(r["wall_s"] - r["cpu_s"] > 0.8 * waited for r in rows)
 
 
 def test_a_grid_stopped_after_every_round_resumes_to_what_an_uninterrupted_one_gives(tmp_path):

@@ -15,10 +15,10 @@ import tarfile
 from pathlib import Path
 
 from ....backends.atomic import atomic_file
-from .grid import EVALS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
+from .grid import CPU_FILE, EVALS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
 
 OUTPUTS = ("base.json", "plan.json", "invocations.jsonl", "summary.json", "table.md", "experiment.png", "experiment.svg")
-NODE_FILES = (EVALS_FILE, "state/metrics.jsonl")
+NODE_FILES = (EVALS_FILE, "state/metrics.jsonl", CPU_FILE)
 
 
 def finished_files(options: ExperimentOptions) -> list[Path]:

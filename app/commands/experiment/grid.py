@@ -36,6 +36,9 @@ EVALS_FILE = "evals.jsonl"
 PLAN_FILE = "plan.json"  # what every invocation of a grid must agree on
 INVOCATIONS_FILE = "invocations.jsonl"  # when each invocation started, on which code
 RESUMES_FILE = "resumes.jsonl"  # a run resumed mid-way: its nodes' rounds then, its inboxes restored or not
+# Each node-round's CPU seconds (the process's, all threads: the nodes take turns): the cost figure
+# a frozen (SIGSTOP), suspended or shared machine cannot inflate, as it does wall seconds.
+CPU_FILE = "cpu.jsonl"
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,11 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
             round_no = min(n.round for n in nodes) + 1
             for k in np.random.default_rng([seed, round_no, 7]).permutation(len(nodes)):
                 if nodes[k].round < round_no:  # lockstep: every node does this round before any the next
+                    cpu, wall = time.process_time(), time.monotonic()
                     nodes[k].run(1)
+                    with (folders[k] / CPU_FILE).open("a", encoding="utf-8") as f:
+                        f.write(json.dumps({"round": round_no, "cpu_s": round(time.process_time() - cpu, 3),
+                                            "wall_s": round(time.monotonic() - wall, 3)}) + "\n")
             _evaluate_due(nodes, logs, schedule, design, base)
             chunk.rounds += 1
             progress(f"experiment: {design.name} {arm.name} seed {seed}: round {round_no}/{options.rounds}")

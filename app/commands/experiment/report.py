@@ -14,7 +14,7 @@ import numpy as np
 
 from ...learning.round_record import RoundRecord
 from ...metrics import read_records
-from .grid import EVALS_FILE, INVOCATIONS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
+from .grid import CPU_FILE, EVALS_FILE, INVOCATIONS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
 from .statistics import paired_difference
 
 
@@ -40,6 +40,9 @@ def summarise(options: ExperimentOptions) -> dict:
                                      for m in dict.fromkeys(options.model_of(k) for k in range(options.nodes)) if m},
                 "per_dataset_final": {d: fmean(n[options.rounds][d] for n in nodes) for d, _ in design.specialities},
                 "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
+                # round 1 left out of both (warm-up); None for grids run before cpu.jsonl was written
+                "node_round_cpu_seconds": _mean([c["cpu_s"] for k in range(options.nodes)
+                                                 for c in read_records(run_dir / f"node-{k}" / CPU_FILE) if c["round"] > 1]),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
                 "rss_bytes": _memory(run_dir),
                 # resumed mid-way without what its peers had sent (a kill, not a stop): sharing arms only
@@ -51,7 +54,8 @@ def summarise(options: ExperimentOptions) -> dict:
         values = [s["primary"] for s in seeds.values()]
         arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
                           "primary_se": stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None,
-                          "node_round_seconds": _mean([s["node_round_seconds"] for s in seeds.values()])}
+                          "node_round_seconds": _mean([s["node_round_seconds"] for s in seeds.values()]),
+                          "node_round_cpu_seconds": _all_or_none([s["node_round_cpu_seconds"] for s in seeds.values()])}
     baseline = arms[design.baseline]["seeds"]
     comparisons = {}
     for name, arm in arms.items():
@@ -74,6 +78,11 @@ def _mean(values) -> float | None:
     return fmean(present) if present else None
 
 
+def _all_or_none(values) -> float | None:
+    """The mean where every run has the figure (a mean over some runs would compare unlike sets)."""
+    return fmean(values) if values and None not in values else None
+
+
 def _memory(run_dir: Path) -> int | None:
     path = run_dir / "memory.json"
     return json.loads(path.read_text())["rss_bytes"] if path.exists() else None
@@ -89,17 +98,16 @@ def table(summary: dict) -> str:
         + (f"; models {', '.join(summary['models'])}" if summary["models"] else ""),
         "",
         f"| arm | seeds | {summary['metric']} (mean ± SE) | vs {summary['baseline']}: paired difference [95% CI] "
-        "| smallest detectable (80% power) | s per node-round (vs baseline) | peers' share of the advantage |",
+        "| smallest detectable (80% power) | CPU s per node-round (vs baseline) | peers' share of the advantage |",
         "|---|---|---|---|---|---|---|",
     ]
-    base_s = summary["arms"][summary["baseline"]]["node_round_seconds"]
+    baseline = summary["arms"][summary["baseline"]]
     for name, arm in summary["arms"].items():
         mean, se = arm["primary_mean"], arm["primary_se"]
         c = summary["comparisons"].get(name)
         diff = (f"{c['mean']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}]" if c and c["pairs"] > 1 else "-")
         detect = f"{c['detectable']:.1%}" if c and c["pairs"] > 1 else "-"
-        seconds = arm["node_round_seconds"]
-        cost = f"{seconds:.1f} ({seconds / base_s:.2f}x)" if seconds and base_s else "-"
+        cost = _cost(arm, baseline)
         # what the mix became: a 2/6 arm trains on fewer peers' groups when peers have few with signal
         share = _mean([s["external_advantage_share"] for s in arm["seeds"].values()])
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
@@ -118,6 +126,15 @@ def table(summary: dict) -> str:
         lines += ["", f"Resumed after a kill (weights exact; groups peers had sent and the node had not used lost): "
                       f"{'; '.join(resumed)}."]
     return "\n".join(lines) + "\n"
+
+
+def _cost(arm: dict, baseline: dict) -> str:
+    """CPU seconds per node-round against the baseline's; wall seconds, marked, for grids run
+    before CPU time was logged (a pause or a busy machine counts in those)."""
+    for key, unit in (("node_round_cpu_seconds", ""), ("node_round_seconds", " wall, pauses included")):
+        if arm.get(key) and baseline.get(key):
+            return f"{arm[key]:.1f}{unit} ({arm[key] / baseline[key]:.2f}x)"
+    return "-"
 
 
 def plot(summary: dict, out: Path) -> None:
