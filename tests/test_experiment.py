@@ -62,6 +62,9 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     base = json.loads((o.out / "base.json").read_text())
     assert set(base) == {"smollm2-135m"}  # the base model scored once, shared by every node
     assert all(a["node_round_cpu_seconds"] > 0 for a in summary["arms"].values())
+    assert summary["backends"] == ["fake"] and "more than one backend" not in table(summary)
+    mixed = summary | {"backends": ["cpu", "cuda"]}
+    assert "Ran on more than one backend: cpu, cuda" in table(mixed)
     text = table(summary)
     assert "| sharing | 2 |" in text and "paired difference" in text and "smallest detectable" in text
     assert "CPU s per node-round" in text and "wall" not in text
@@ -196,9 +199,15 @@ def test_a_grid_refuses_to_go_on_under_another_plan_and_records_its_code(tmp_pat
     assert not run_experiment(o, home, build=fake, progress=lambda s: None)
     with pytest.raises(NodeError, match="rounds"):
         run_experiment(replace(o, rounds=6), home, build=fake, progress=lambda s: None)
+    with pytest.raises(NodeError, match="threads"):  # another thread count: other numerics, other speed
+        run_experiment(replace(o, threads=2), home, build=fake, progress=lambda s: None)
+    plan = json.loads((o.out / "plan.json").read_text())
+    (o.out / "plan.json").write_text(json.dumps({k: v for k, v in plan.items() if k != "threads"}))
+    assert not run_experiment(o, home, build=fake, progress=lambda s: None)  # a plan from before threads were in it
+    (o.out / "plan.json").write_text(json.dumps(plan))
     assert not run_experiment(replace(o, seeds=3), home, build=fake, progress=lambda s: None)  # more seeds: fine
     started = [json.loads(line) for line in (o.out / "invocations.jsonl").read_text().splitlines()]
-    assert len(started) == 2 and started[-1]["seeds"] == [50, 51, 52]  # the refused one left no trace
+    assert len(started) == 3 and started[-1]["seeds"] == [50, 51, 52]  # the refused ones left no trace
     assert started[0]["revision"] is None or len(started[0]["revision"].rstrip("+")) == 40
 
 

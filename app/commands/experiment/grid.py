@@ -160,13 +160,14 @@ def _same_plan(options: ExperimentOptions) -> None:
     plan = json.loads(json.dumps({
         "design": design.name, "nodes": options.nodes, "rounds": options.rounds, "burn_in": design.burn_in,
         "eval_every": design.eval_every, "eval_items": design.eval_items, "models": options.models,
-        "tiny": options.tiny, "overrides": options.overrides}, default=list))
+        "tiny": options.tiny, "overrides": options.overrides, "threads": options.threads}, default=list))
     path = options.out / PLAN_FILE
     if not path.exists():
         path.write_text(json.dumps(plan, indent=1))
         return
     saved = json.loads(path.read_text())
-    changed = sorted(k for k in plan.keys() | saved.keys() if plan.get(k) != saved.get(k))
+    # a key an older plan lacks (threads: from 2026-11-26) is not held against the grids it planned
+    changed = sorted(k for k in plan.keys() | saved.keys() if k in saved and plan.get(k) != saved.get(k))
     if changed:
         raise NodeError(f"{options.out} holds a grid planned with other {', '.join(changed)} ({PLAN_FILE}): give the "
                         "flags it was started with, or another --out")

@@ -44,6 +44,7 @@ def summarise(options: ExperimentOptions) -> dict:
                 "node_round_cpu_seconds": _mean([c["cpu_s"] for k in range(options.nodes)
                                                  for c in read_records(run_dir / f"node-{k}" / CPU_FILE) if c["round"] > 1]),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
+                "backends": sorted({r.backend for recs in records for r in recs if r.backend}),
                 "rss_bytes": _memory(run_dir),
                 # resumed mid-way without what its peers had sent (a kill, not a stop): sharing arms only
                 "resumed_at": [r["round"] for r in read_records(run_dir / RESUMES_FILE)
@@ -67,7 +68,8 @@ def summarise(options: ExperimentOptions) -> dict:
     invocations = options.out / INVOCATIONS_FILE
     revisions = sorted({json.loads(line).get("revision") or "unknown" for line in invocations.read_text().splitlines()
                         if line.strip()}) if invocations.exists() else []
-    return {"revisions": revisions, "design": design.name, "metric": design.metric, "baseline": design.baseline, "nodes": options.nodes,
+    backends = sorted({b for arm in arms.values() for run in arm["seeds"].values() for b in run["backends"]})
+    return {"revisions": revisions, "backends": backends, "design": design.name, "metric": design.metric, "baseline": design.baseline, "nodes": options.nodes,
             "rounds": options.rounds, "seeds": list(options.seed_values), "burn_in": design.burn_in,
             "eval_rounds": design.eval_rounds(options.rounds), "models": list(options.models),
             "specialities": [list(s) for s in design.specialities], "arms": arms, "comparisons": comparisons}
@@ -122,6 +124,9 @@ def table(summary: dict) -> str:
                for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items() if run.get("resumed_at")]
     if len(summary.get("revisions", [])) > 1:
         lines += ["", f"Ran on more than one code revision: {', '.join(summary['revisions'])} (invocations.jsonl)."]
+    if len(summary.get("backends", [])) > 1:  # --archive or --arms can bring runs from another machine
+        lines += ["", f"Ran on more than one backend: {', '.join(summary['backends'])}: their numerics and sampling "
+                      "differ, so pairs across them are not like with like."]
     if resumed:
         lines += ["", f"Resumed after a kill (weights exact; groups peers had sent and the node had not used lost): "
                       f"{'; '.join(resumed)}."]
