@@ -67,7 +67,7 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     assert "Ran on more than one backend: cpu, cuda" in table(mixed)
     text = table(summary)
     assert "| sharing | 2 |" in text and "paired difference" in text and "smallest detectable" in text
-    assert "CPU s per node-round" in text and "wall" not in text
+    assert "CPU s (" in text and "wall" not in text
     plot(summary, o.out)
     assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
 

@@ -100,7 +100,7 @@ def table(summary: dict) -> str:
         + (f"; models {', '.join(summary['models'])}" if summary["models"] else ""),
         "",
         f"| arm | seeds | {summary['metric']} (mean ± SE) | vs {summary['baseline']}: paired difference [95% CI] "
-        "| smallest detectable (80% power) | CPU s per node-round (vs baseline) | peers' share of the advantage |",
+        "| smallest detectable (80% power) | seconds per node-round (vs baseline) | peers' share of the advantage |",
         "|---|---|---|---|---|---|---|",
     ]
     baseline = summary["arms"][summary["baseline"]]
@@ -136,7 +136,7 @@ def table(summary: dict) -> str:
 def _cost(arm: dict, baseline: dict) -> str:
     """CPU seconds per node-round against the baseline's; wall seconds, marked, for grids run
     before CPU time was logged (a pause or a busy machine counts in those)."""
-    for key, unit in (("node_round_cpu_seconds", ""), ("node_round_seconds", " wall, pauses included")):
+    for key, unit in (("node_round_cpu_seconds", " CPU s"), ("node_round_seconds", " wall s, pauses included")):
         if arm.get(key) and baseline.get(key):
             return f"{arm[key]:.1f}{unit} ({arm[key] / baseline[key]:.2f}x)"
     return "-"
