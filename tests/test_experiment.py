@@ -87,6 +87,11 @@ def test_arms_run_apart_into_one_folder_make_one_grid_and_models_are_reported_ap
     assert set(seed["primary_by_model"]) == set(models)  # node 0 SmolLM2, node 1 Gemma
     assert math.isclose(sum(seed["primary_by_model"].values()) / 2, seed["primary"])
     assert "By model" in table(summary) and "gemma3-270m" in table(summary)
+    gemma = summary["comparisons"]["sharing"]["by_model"]["gemma3-270m"]
+    alone = summary["arms"]["alone"]["seeds"]
+    assert gemma["pairs"] == 2 and math.isclose(gemma["mean"], sum(
+        summary["arms"]["sharing"]["seeds"][s]["primary_by_model"]["gemma3-270m"] - alone[s]["primary_by_model"]["gemma3-270m"]
+        for s in ("50", "51")) / 2)
 
 
 class DrawRecorder(FakeBackend):

@@ -65,6 +65,11 @@ def summarise(options: ExperimentOptions) -> dict:
             diff = paired_difference([arm["seeds"][s]["primary"] for s in paired],
                                      [baseline[s]["primary"] for s in paired])
             comparisons[name] = asdict(diff) | {"seeds": paired}
+            by_model = {m: paired_difference([arm["seeds"][s]["primary_by_model"][m] for s in paired],
+                                             [baseline[s]["primary_by_model"][m] for s in paired])
+                        for m in arm["seeds"][paired[0]]["primary_by_model"]}
+            if len(by_model) > 1:  # a heterogeneous swarm: did each model gain?
+                comparisons[name]["by_model"] = {m: asdict(d) for m, d in by_model.items()}
     invocations = options.out / INVOCATIONS_FILE
     revisions = sorted({json.loads(line).get("revision") or "unknown" for line in invocations.read_text().splitlines()
                         if line.strip()}) if invocations.exists() else []
@@ -118,6 +123,7 @@ def table(summary: dict) -> str:
     if len(summary["models"]) > 1:
         lines += ["", "By model (each model's nodes, mean over seeds): " + "; ".join(
             f"{name}: " + ", ".join(f"{m} {fmean(s['primary_by_model'][m] for s in arm['seeds'].values()):.1%}"
+                                   + _by_model_difference(summary["comparisons"].get(name), m)
                                    for m in next(iter(arm["seeds"].values()))["primary_by_model"])
             for name, arm in summary["arms"].items() if arm["seeds"]) + "."]
     resumed = [f"{name} seed {seed} at round {', '.join(map(str, run['resumed_at']))}"
@@ -131,6 +137,14 @@ def table(summary: dict) -> str:
         lines += ["", f"Resumed after a kill (weights exact; groups peers had sent and the node had not used lost): "
                       f"{'; '.join(resumed)}."]
     return "\n".join(lines) + "\n"
+
+
+def _by_model_difference(comparison: dict | None, model: str) -> str:
+    c = (comparison or {}).get("by_model", {}).get(model)
+    if not c:
+        return ""
+    interval = f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c["pairs"] > 1 else f", {c['pairs']} pair"
+    return f" ({c['mean']:+.1%}{interval})"
 
 
 def _cost(arm: dict, baseline: dict) -> str:
