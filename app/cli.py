@@ -349,17 +349,13 @@ def _experiment(c: Invocation) -> int:
         raise NodeError(f"--rounds {rounds}: {counted} evaluations would come after the burn-in (round {design.burn_in}; "
                         f"evaluations every {design.eval_every} rounds), an experiment needs {needed}: give more rounds, "
                         "or --burn-in/--eval-every")
-    arms = tuple(name for name in a.arms.split(",") if name)
-    unknown = [name for name in arms if name not in {arm.name for arm in design.arms}]
-    if unknown:
-        raise NodeError(f"--arms: {', '.join(unknown)} not an arm of {design.name}; its arms: "
-                        f"{', '.join(arm.name for arm in design.arms)}")
     threads = c.config.backend.threads or 2  # an experiment's default: the 2 threads its figures were measured on
     overrides = tuple((k, v) for k, v in c.overrides if k != "backend.threads")
     return experiment_command(ExperimentOptions(
         design=design, out=a.out, nodes=a.nodes or design.nodes, rounds=rounds,
         seeds=a.seeds or design.seeds, seed_offset=design.first_seed if a.seed_offset is None else a.seed_offset, models=tuple(m for m in a.models.split(",") if m),
-        tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides, archive=a.archive, arms=arms), c.paths)
+        tiny=a.tiny, threads=threads, minutes=a.minutes, overrides=overrides, archive=a.archive,
+        arms=tuple(name for name in a.arms.split(",") if name)), c.paths)
 
 
 def _eval(c: Invocation) -> int:

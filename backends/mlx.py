@@ -423,7 +423,9 @@ def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSe
     """Per-token weight of the GRPO objective, as torch_grpo.token_weights: the truncated pi_old /
     pi_sampler on tokens this node sampled, times the sequence-level weight of peers'
     completions when `external_importance_cap` is on, and at most external_negative_cap for a
-    peer's reply with a negative advantage (0 from another model); None when none applies."""
+    peer's reply with a negative advantage; None when none applies. A reply from another model
+    (another tokenizer) gets no ratio whatever the caps: its right replies weigh 1, its wrong ones
+    0 while the negative cap is on."""
     weight = None
     sampler = sampler_logprobs(batch) if grpo.importance_cap > 0 else None
     if sampler is not None:

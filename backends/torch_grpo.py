@@ -139,13 +139,13 @@ def external_weight(batch: Sequence[TrainSample], owner: torch.Tensor, old: torc
     for local in external:
         sample = batch[local]
         mask = owner == local
-        total = old[mask].sum()
         pushed_down = negative_cap > 0 and sample.advantage < 0
         if sample.from_other_model:  # no comparable logprob: no ratio, and its wrong replies not pushed down
             if pushed_down:
                 weight[mask] = 0.0
                 negatives.append(0.0)
             continue
+        total = old[mask].sum()
         sender = torch.tensor(sample.sequence_behaviour_logprob, dtype=old.dtype, device=old.device)
         if cap > 0:
             weight[mask] = sequence_importance_weight(total, sender, cap)

@@ -63,11 +63,13 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     assert set(base) == {"smollm2-135m"}  # the base model scored once, shared by every node
     assert all(a["node_round_cpu_seconds"] > 0 for a in summary["arms"].values())
     assert summary["backends"] == ["fake"] and "more than one backend" not in table(summary)
-    mixed = summary | {"backends": ["cpu", "cuda"]}
-    assert "Ran on more than one backend: cpu, cuda" in table(mixed)
+    mixed = json.loads(json.dumps(summary)) | {"backends": ["cpu", "cuda"]}
+    assert "Ran on more than one backend (cpu, cuda): the means pool them." in table(mixed)
+    mixed["arms"]["sharing"]["seeds"]["51"]["backends"] = ["cuda"]
+    assert "these pairs cross them, unlike with like: sharing seed 51." in table(mixed)
     text = table(summary)
     assert "| sharing | 2 |" in text and "paired difference" in text and "smallest detectable" in text
-    assert "CPU s (" in text and "wall" not in text
+    assert "CPU s (" in text and "wall" not in text and "By model" not in text
     plot(summary, o.out)
     assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
 
@@ -132,7 +134,7 @@ def test_the_arms_of_a_pair_draw_the_same_questions_and_seeds_through_the_grid(t
         assert len(alone.draws) == SMALL.rounds and alone.draws == sharing.draws
     assert alone_0.trained != sharing_0.trained and alone_1.trained != sharing_1.trained  # peers' groups in
     other_seed = recorded_grid(tmp_path / "b", arms=("alone",), seed_offset=51)
-    assert all(d[0] != o for d, o in zip(alone_0.draws, other_seed[0].draws))
+    assert all(d[0] != o[0] for d, o in zip(alone_0.draws, other_seed[0].draws))
     assert [d[2] for d in alone_0.draws] != [d[2] for d in other_seed[0].draws]
 
 
@@ -172,6 +174,10 @@ def test_the_cost_is_cpu_time_which_a_wait_does_not_inflate(tmp_path):
     assert [r["round"] for r in rows] == list(range(1, SMALL.rounds + 1))
     waited = 4 * 4 * 0.002  # tiny rounds: 4 questions x 4 replies
     assert all(r["wall_s"] - r["cpu_s"] > 0.8 * waited for r in rows)
+    assert summarise(o)["arms"]["alone"]["node_round_cpu_seconds"] > 0
+    path = o.run_dir(SMALL.arm("alone"), 50) / "node-1" / "cpu.jsonl"
+    path.write_text("".join(line for line in path.read_text().splitlines(keepends=True) if '"round": 2,' not in line))
+    assert summarise(o)["arms"]["alone"]["node_round_cpu_seconds"] is None  # a round missing: no partial mean
 
 
 def test_a_grid_stopped_after_every_round_resumes_to_what_an_uninterrupted_one_gives(tmp_path):
@@ -209,10 +215,13 @@ def test_a_grid_refuses_to_go_on_under_another_plan_and_records_its_code(tmp_pat
     plan = json.loads((o.out / "plan.json").read_text())
     (o.out / "plan.json").write_text(json.dumps({k: v for k, v in plan.items() if k != "threads"}))
     assert not run_experiment(o, home, build=fake, progress=lambda s: None)  # a plan from before threads were in it
-    (o.out / "plan.json").write_text(json.dumps(plan))
+    assert json.loads((o.out / "plan.json").read_text()) == plan  # ...which holds every later invocation to them
+    with pytest.raises(NodeError, match="threads"):
+        run_experiment(replace(o, threads=2), home, build=fake, progress=lambda s: None)
     assert not run_experiment(replace(o, seeds=3), home, build=fake, progress=lambda s: None)  # more seeds: fine
     started = [json.loads(line) for line in (o.out / "invocations.jsonl").read_text().splitlines()]
     assert len(started) == 3 and started[-1]["seeds"] == [50, 51, 52]  # the refused ones left no trace
+    assert started[-1]["arms"] == ["alone", "sharing", "alone-uniform"]
     assert started[0]["revision"] is None or len(started[0]["revision"].rstrip("+")) == 40
 
 

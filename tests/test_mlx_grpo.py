@@ -99,12 +99,16 @@ def test_a_reply_from_another_model_gets_no_ratio_in_both():
                             external_negative_cap=1.0, kl_beta=0.0)
     batch = [TrainSample([1], [5, 6, 7], 1.0, sequence_behaviour_logprob=-1.0, from_peer=True),  # same model, unlikely for us
              TrainSample([1], [5, 6], 1.0, sequence_behaviour_logprob=-1.0, from_peer=True, from_other_model=True),
-             TrainSample([1], [5, 6], -1.0, sequence_behaviour_logprob=-1.0, from_peer=True, from_other_model=True)]
-    old = np.full(7, -2.0)
-    owner = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+             TrainSample([1], [5, 6], -1.0, sequence_behaviour_logprob=-1.0, from_peer=True, from_other_model=True),
+             TrainSample([1], [5, 6], -1.0, sequence_behaviour_logprob=-1.0, from_peer=True)]  # same model, wrong
+    old = np.full(9, -2.0)
+    owner = torch.tensor([0, 0, 0, 1, 1, 2, 2, 3, 3])
     t_negatives, m_negatives = [], []
     t = torch_grpo.external_weight(batch, owner, torch.tensor(old), settings, 0.0, t_negatives).numpy()
     m = np.array(_importance_weight(batch, mx.array(old.astype(np.float32)), settings, 0.0, m_negatives))
-    np.testing.assert_allclose(t, [np.exp(-5.0)] * 3 + [1.0, 1.0, 0.0, 0.0], rtol=1e-6)
+    same_model_wrong = float(torch_grpo.negative_reply_weight(torch.tensor(-4.0), torch.tensor(-1.0), 2, 0.0, 1.0))
+    assert 0 < same_model_wrong < 0.1  # e^-3: text far likelier for its sender than for us counts little
+    np.testing.assert_allclose(t, [np.exp(-5.0)] * 3 + [1.0, 1.0, 0.0, 0.0] + [same_model_wrong] * 2, rtol=1e-6)
     np.testing.assert_allclose(m, t, rtol=1e-5)
-    assert t_negatives == m_negatives == [0.0]
+    assert t_negatives[0] == m_negatives[0] == 0.0 and np.allclose(t_negatives[1:], m_negatives[1:])
+    assert np.isclose(t_negatives[1], same_model_wrong)

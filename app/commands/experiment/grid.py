@@ -37,7 +37,8 @@ PLAN_FILE = "plan.json"  # what every invocation of a grid must agree on
 INVOCATIONS_FILE = "invocations.jsonl"  # when each invocation started, on which code
 RESUMES_FILE = "resumes.jsonl"  # a run resumed mid-way: its nodes' rounds then, its inboxes restored or not
 # Each node-round's CPU seconds (the process's, all threads: the nodes take turns): the cost figure
-# a frozen (SIGSTOP), suspended or shared machine cannot inflate, as it does wall seconds.
+# a frozen (SIGSTOP) or suspended grid cannot inflate, as it does wall seconds (another program
+# on the same cores still can, a little: threads spin while they wait).
 CPU_FILE = "cpu.jsonl"
 
 
@@ -56,6 +57,12 @@ class ExperimentOptions:
     overrides: tuple[tuple[str, object], ...] = ()
     archive: Path | None = None  # finished runs' results carried between machines (archive.py)
     arms: tuple[str, ...] = ()  # the design's arms this invocation runs; () = all of them
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.arms if name not in {arm.name for arm in self.design.arms}]
+        if unknown:
+            raise NodeError(f"--arms: {', '.join(unknown)} not an arm of {self.design.name}; its arms: "
+                            f"{', '.join(arm.name for arm in self.design.arms)}")
 
     @property
     def seed_values(self) -> range:
@@ -82,7 +89,8 @@ def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[Ba
     _same_plan(options)
     with (options.out / INVOCATIONS_FILE).open("a", encoding="utf-8") as f:
         f.write(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": source_revision(),
-                            "seeds": list(options.seed_values)}) + "\n")
+                            "seeds": list(options.seed_values),
+                            "arms": [arm.name for arm in options.arms_run]}) + "\n")
     chunk = Chunk(options.minutes)
     base_file = options.out / "base.json"
     base = json.loads(base_file.read_text()) if base_file.exists() else {}
@@ -166,8 +174,11 @@ def _same_plan(options: ExperimentOptions) -> None:
         path.write_text(json.dumps(plan, indent=1))
         return
     saved = json.loads(path.read_text())
-    # a key an older plan lacks (threads: from 2026-11-26) is not held against the grids it planned
+    # A key an older plan lacks (threads: from 2026-11-26) is not held against the grids it planned,
+    # and is written in now, so that every later invocation is held to it.
     changed = sorted(k for k in plan.keys() | saved.keys() if k in saved and plan.get(k) != saved.get(k))
+    if not changed and plan.keys() - saved.keys():
+        path.write_text(json.dumps(saved | {k: plan[k] for k in plan.keys() - saved.keys()}, indent=1))
     if changed:
         raise NodeError(f"{options.out} holds a grid planned with other {', '.join(changed)} ({PLAN_FILE}): give the "
                         "flags it was started with, or another --out")

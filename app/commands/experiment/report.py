@@ -40,9 +40,8 @@ def summarise(options: ExperimentOptions) -> dict:
                                      for m in dict.fromkeys(options.model_of(k) for k in range(options.nodes)) if m},
                 "per_dataset_final": {d: fmean(n[options.rounds][d] for n in nodes) for d, _ in design.specialities},
                 "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
-                # round 1 left out of both (warm-up); None for grids run before cpu.jsonl was written
-                "node_round_cpu_seconds": _mean([c["cpu_s"] for k in range(options.nodes)
-                                                 for c in read_records(run_dir / f"node-{k}" / CPU_FILE) if c["round"] > 1]),
+                # round 1 left out of both (warm-up)
+                "node_round_cpu_seconds": _cpu_seconds(options, run_dir),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
                 "backends": sorted({r.backend for recs in records for r in recs if r.backend}),
                 "rss_bytes": _memory(run_dir),
@@ -53,7 +52,11 @@ def summarise(options: ExperimentOptions) -> dict:
         if not seeds and arm.name != design.baseline and arm not in options.arms_run:
             continue  # not run here (--arms) nor by any invocation before
         values = [s["primary"] for s in seeds.values()]
+        models = dict.fromkeys(m for s in seeds.values() for m in s["primary_by_model"])
         arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
+                          "primary_by_model": {m: fmean(s["primary_by_model"][m] for s in seeds.values()) for m in models},
+                          # what the mix became: a 2/6 arm trains on fewer peers' groups when peers have few with signal
+                          "external_advantage_share": _mean([s["external_advantage_share"] for s in seeds.values()]),
                           "primary_se": stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None,
                           "node_round_seconds": _mean([s["node_round_seconds"] for s in seeds.values()]),
                           "node_round_cpu_seconds": _all_or_none([s["node_round_cpu_seconds"] for s in seeds.values()])}
@@ -85,6 +88,16 @@ def _mean(values) -> float | None:
     return fmean(present) if present else None
 
 
+def _cpu_seconds(options: ExperimentOptions, run_dir: Path) -> float | None:
+    """Mean CPU seconds of a node-round after the first; None unless every node logged every one
+    (a grid begun before cpu.jsonl was written has only its later rounds: those train more often)."""
+    rows = [read_records(run_dir / f"node-{k}" / CPU_FILE) for k in range(options.nodes)]
+    wanted = set(range(2, options.rounds + 1))
+    if not wanted or any(not wanted <= {r["round"] for r in node} for node in rows):
+        return None
+    return fmean(r["cpu_s"] for node in rows for r in node if r["round"] in wanted)
+
+
 def _all_or_none(values) -> float | None:
     """The mean where every run has the figure (a mean over some runs would compare unlike sets)."""
     return fmean(values) if values and None not in values else None
@@ -114,43 +127,43 @@ def table(summary: dict) -> str:
         c = summary["comparisons"].get(name)
         diff = (f"{c['mean']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}]" if c and c["pairs"] > 1 else "-")
         detect = f"{c['detectable']:.1%}" if c and c["pairs"] > 1 else "-"
-        cost = _cost(arm, baseline)
-        # what the mix became: a 2/6 arm trains on fewer peers' groups when peers have few with signal
-        share = _mean([s["external_advantage_share"] for s in arm["seeds"].values()])
+        cost, share = _cost(arm, baseline), arm["external_advantage_share"]
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} | "
                      f"{'-' if share is None else f'{share:.0%}'} |")
-    if len(summary["models"]) > 1:
+    if any(len(arm["primary_by_model"]) > 1 for arm in summary["arms"].values()):
         lines += ["", "By model (each model's nodes, mean over seeds): " + "; ".join(
-            f"{name}: " + ", ".join(f"{m} {fmean(s['primary_by_model'][m] for s in arm['seeds'].values()):.1%}"
-                                   + _by_model_difference(summary["comparisons"].get(name), m)
-                                   for m in next(iter(arm["seeds"].values()))["primary_by_model"])
+            f"{name}: " + ", ".join(f"{m} {mean:.1%}" + _by_model_difference(summary, name, m)
+                                   for m, mean in arm["primary_by_model"].items())
             for name, arm in summary["arms"].items() if arm["seeds"]) + "."]
     resumed = [f"{name} seed {seed} at round {', '.join(map(str, run['resumed_at']))}"
                for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items() if run.get("resumed_at")]
     if len(summary.get("revisions", [])) > 1:
         lines += ["", f"Ran on more than one code revision: {', '.join(summary['revisions'])} (invocations.jsonl)."]
     if len(summary.get("backends", [])) > 1:  # --archive or --arms can bring runs from another machine
-        lines += ["", f"Ran on more than one backend: {', '.join(summary['backends'])}: their numerics and sampling "
-                      "differ, so pairs across them are not like with like."]
+        base_runs = summary["arms"][summary["baseline"]]["seeds"]
+        crossed = [f"{name} seed {seed}" for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items()
+                   if seed in base_runs and run["backends"] != base_runs[seed]["backends"]]
+        lines += ["", f"Ran on more than one backend ({', '.join(summary['backends'])}): the means pool them"
+                      + (f", and these pairs cross them, unlike with like: {', '.join(crossed)}." if crossed else ".")]
     if resumed:
         lines += ["", f"Resumed after a kill (weights exact; groups peers had sent and the node had not used lost): "
                       f"{'; '.join(resumed)}."]
     return "\n".join(lines) + "\n"
 
 
-def _by_model_difference(comparison: dict | None, model: str) -> str:
-    c = (comparison or {}).get("by_model", {}).get(model)
+def _by_model_difference(summary: dict, arm: str, model: str) -> str:
+    c = summary["comparisons"].get(arm, {}).get("by_model", {}).get(model)
     if not c:
         return ""
     interval = f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c["pairs"] > 1 else f", {c['pairs']} pair"
-    return f" ({c['mean']:+.1%}{interval})"
+    return f" (vs {summary['baseline']}: {c['mean']:+.1%}{interval})"
 
 
 def _cost(arm: dict, baseline: dict) -> str:
     """CPU seconds per node-round against the baseline's; wall seconds, marked, for grids run
     before CPU time was logged (a pause or a busy machine counts in those)."""
-    for key, unit in (("node_round_cpu_seconds", " CPU s"), ("node_round_seconds", " wall s, pauses included")):
+    for key, unit in (("node_round_cpu_seconds", " CPU s"), ("node_round_seconds", " wall s (any pauses included)")):
         if arm.get(key) and baseline.get(key):
             return f"{arm[key]:.1f}{unit} ({arm[key] / baseline[key]:.2f}x)"
     return "-"
