@@ -58,6 +58,9 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     assert all(share and share > 0 for share in shares)  # the peers' verified groups were trained on
     assert all(not s["external_advantage_share"] for s in summary["arms"]["alone"]["seeds"].values())
     assert set(summary["comparisons"]) == {"sharing", "alone-uniform"}
+    c = summary["contrasts"]["sharing - alone-uniform"]  # what sharing adds beyond diversity
+    sharing, uniform = summary["arms"]["sharing"]["seeds"], summary["arms"]["alone-uniform"]["seeds"]
+    assert c["pairs"] == 2 and math.isclose(c["mean"], sum(sharing[s]["primary"] - uniform[s]["primary"] for s in c["seeds"]) / 2)
     assert summary["comparisons"]["sharing"]["pairs"] == 2
     base = json.loads((o.out / "base.json").read_text())
     assert set(base) == {"smollm2-135m"}  # the base model scored once, shared by every node
@@ -70,6 +73,7 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     text = table(summary)
     assert "| sharing | 2 |" in text and "paired difference" in text and "smallest detectable" in text
     assert "CPU s (" in text and "wall" not in text and "By model" not in text
+    assert "sharing - alone-uniform, paired by seed (2 pairs): " in text
     plot(summary, o.out)
     assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
 

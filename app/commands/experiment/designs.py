@@ -54,6 +54,8 @@ class Design:
     metric: str = "held-out accuracy"
     eval_items: int = EXPERIMENT_ITEMS  # held-out items per speciality
     first_seed: int = 200  # its seeds by default (--seed-offset): none chose anything (TUNED_SEEDS)
+    # further pairs (arm, against), compared by seed like every arm against the baseline
+    contrasts: tuple[tuple[str, str], ...] = ()
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -98,7 +100,9 @@ DESIGNS = {
     "specialists": Design(
         "specialists", nodes=3, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=SPECIALITIES,
         arms=(Arm("alone", 8, 0), Arm("sharing", 4, 4), Arm("alone-uniform", 8, 0, uniform=True)),
-        specialists=True, metric="held-out accuracy outside the node's speciality", first_seed=300),
+        specialists=True, metric="held-out accuracy outside the node's speciality", first_seed=300,
+        # what sharing adds beyond mere diversity: the reason the uniform arm exists
+        contrasts=(("sharing", "alone-uniform"),)),
     "rare-success": Design(
         "rare-success", nodes=3, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=RARE_LEVELS,
         arms=(Arm("alone", 8, 0), Arm("sharing", 4, 4)), first_seed=200),

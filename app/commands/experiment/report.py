@@ -73,6 +73,13 @@ def summarise(options: ExperimentOptions) -> dict:
                         for m in arm["seeds"][paired[0]]["primary_by_model"]}
             if len(by_model) > 1:  # a heterogeneous swarm: did each model gain?
                 comparisons[name]["by_model"] = {m: asdict(d) for m, d in by_model.items()}
+    contrasts = {}
+    for name, against in design.contrasts:
+        runs, others = arms.get(name, {}).get("seeds", {}), arms.get(against, {}).get("seeds", {})
+        paired = [s for s in runs if s in others]
+        if paired:
+            diff = paired_difference([runs[s]["primary"] for s in paired], [others[s]["primary"] for s in paired])
+            contrasts[f"{name} - {against}"] = asdict(diff) | {"arm": name, "against": against, "seeds": paired}
     invocations = options.out / INVOCATIONS_FILE
     revisions = sorted({json.loads(line).get("revision") or "unknown" for line in invocations.read_text().splitlines()
                         if line.strip()}) if invocations.exists() else []
@@ -80,7 +87,8 @@ def summarise(options: ExperimentOptions) -> dict:
     return {"revisions": revisions, "backends": backends, "design": design.name, "metric": design.metric, "baseline": design.baseline, "nodes": options.nodes,
             "rounds": options.rounds, "seeds": list(options.seed_values), "burn_in": design.burn_in,
             "eval_rounds": design.eval_rounds(options.rounds), "models": list(options.models),
-            "specialities": [list(s) for s in design.specialities], "arms": arms, "comparisons": comparisons}
+            "specialities": [list(s) for s in design.specialities], "arms": arms, "comparisons": comparisons,
+            "contrasts": contrasts}
 
 
 def _mean(values) -> float | None:
@@ -131,6 +139,10 @@ def table(summary: dict) -> str:
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} | "
                      f"{'-' if share is None else f'{share:.0%}'} |")
+    for label, c in summary.get("contrasts", {}).items():
+        lines += ["", f"{label}, paired by seed ({c['pairs']} pairs): " + (
+            f"{c['mean']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}], smallest detectable {c['detectable']:.1%}."
+            if c["pairs"] > 1 else f"{c['mean']:+.1%}.")]
     if any(len(arm["primary_by_model"]) > 1 for arm in summary["arms"].values()):
         lines += ["", "By model (each model's nodes, mean over seeds): " + "; ".join(
             f"{name}: " + ", ".join(f"{m} {mean:.1%}" + _by_model_difference(summary, name, m)
@@ -183,17 +195,17 @@ def plot(summary: dict, out: Path) -> None:
             curves.plot(rounds, [fmean(r[x] for r in runs) for x in rounds], marker="o", label=name)
     curves.axvspan(0, summary["burn_in"], color="0.9", label="burn-in")
     curves.set(title=f"{summary['design']}: {summary['metric']}", xlabel="round (weights after it)", ylabel="accuracy")
-    names = list(summary["comparisons"])
-    for i, name in enumerate(names):
-        c = summary["comparisons"][name]
-        points = [summary["arms"][name]["seeds"][s]["primary"] - summary["arms"][summary["baseline"]]["seeds"][s]["primary"]
+    pairs = [(f"{name} - {summary['baseline']}", name, summary["baseline"], c) for name, c in summary["comparisons"].items()]
+    pairs += [(label, c["arm"], c["against"], c) for label, c in summary.get("contrasts", {}).items()]
+    for i, (_, name, against, c) in enumerate(pairs):
+        points = [summary["arms"][name]["seeds"][s]["primary"] - summary["arms"][against]["seeds"][s]["primary"]
                   for s in c["seeds"]]
         diffs.scatter(np.full(len(points), i) + np.linspace(-0.1, 0.1, len(points)), points, color="0.5", zorder=2)
         if c["pairs"] > 1:
             diffs.errorbar(i, c["mean"], yerr=[[c["mean"] - c["low"]], [c["high"] - c["mean"]]], fmt="o", color="C3",
                            capsize=6, zorder=3)
     diffs.axhline(0, color="black", lw=0.8)
-    diffs.set_xticks(range(len(names)), [f"{n} - {summary['baseline']}" for n in names])
+    diffs.set_xticks(range(len(pairs)), [label.replace(" - ", "\n- ") for label, *_ in pairs])
     diffs.set(title="paired differences per seed, mean and 95% CI", ylabel="difference in accuracy")
     for ax in (curves, diffs):
         ax.grid(alpha=0.3)
