@@ -49,8 +49,8 @@ def summarise(options: ExperimentOptions) -> dict:
                 "resumed_at": [r["round"] for r in read_records(run_dir / RESUMES_FILE)
                                if arm.external and not r.get("inboxes")],
             }
-        if not seeds and arm.name != design.baseline and arm not in options.arms_run:
-            continue  # not run here (--arms) nor by any invocation before
+        if not seeds and arm.name != design.baseline:
+            continue  # nothing finished (not run: --arms), nothing to show
         values = [s["primary"] for s in seeds.values()]
         models = dict.fromkeys(m for s in seeds.values() for m in s["primary_by_model"])
         arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
