@@ -63,23 +63,18 @@ def summarise(options: ExperimentOptions) -> dict:
     baseline = arms[design.baseline]["seeds"]
     comparisons = {}
     for name, arm in arms.items():
-        paired = [s for s in arm["seeds"] if s in baseline]
-        if name != design.baseline and paired:
-            diff = paired_difference([arm["seeds"][s]["primary"] for s in paired],
-                                     [baseline[s]["primary"] for s in paired])
-            comparisons[name] = asdict(diff) | {"seeds": paired}
-            by_model = {m: paired_difference([arm["seeds"][s]["primary_by_model"][m] for s in paired],
-                                             [baseline[s]["primary_by_model"][m] for s in paired])
-                        for m in arm["seeds"][paired[0]]["primary_by_model"]}
+        compared = _paired(arm["seeds"], baseline) if name != design.baseline else None
+        if compared:
+            comparisons[name] = compared
+            by_model = {m: _paired(arm["seeds"], baseline, lambda run, m=m: run["primary_by_model"][m])
+                        for m in arm["primary_by_model"]}
             if len(by_model) > 1:  # a heterogeneous swarm: did each model gain?
-                comparisons[name]["by_model"] = {m: asdict(d) for m, d in by_model.items()}
+                compared["by_model"] = by_model
     contrasts = {}
     for name, against in design.contrasts:
-        runs, others = arms.get(name, {}).get("seeds", {}), arms.get(against, {}).get("seeds", {})
-        paired = [s for s in runs if s in others]
-        if paired:
-            diff = paired_difference([runs[s]["primary"] for s in paired], [others[s]["primary"] for s in paired])
-            contrasts[f"{name} - {against}"] = asdict(diff) | {"arm": name, "against": against, "seeds": paired}
+        compared = _paired(arms.get(name, {}).get("seeds", {}), arms.get(against, {}).get("seeds", {}))
+        if compared:
+            contrasts[f"{name} - {against}"] = compared | {"arm": name, "against": against}
     invocations = options.out / INVOCATIONS_FILE
     revisions = sorted({json.loads(line).get("revision") or "unknown" for line in invocations.read_text().splitlines()
                         if line.strip()}) if invocations.exists() else []
@@ -89,6 +84,14 @@ def summarise(options: ExperimentOptions) -> dict:
             "eval_rounds": design.eval_rounds(options.rounds), "models": list(options.models),
             "specialities": [list(s) for s in design.specialities], "arms": arms, "comparisons": comparisons,
             "contrasts": contrasts}
+
+
+def _paired(runs: dict, others: dict, metric=lambda run: run["primary"]) -> dict | None:
+    """The paired difference of `metric` between two arms' runs over the seeds both finished."""
+    seeds = [s for s in runs if s in others]
+    if not seeds:
+        return None
+    return asdict(paired_difference([metric(runs[s]) for s in seeds], [metric(others[s]) for s in seeds])) | {"seeds": seeds}
 
 
 def _mean(values) -> float | None:
