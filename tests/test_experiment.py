@@ -19,6 +19,7 @@ from swarmling.app.commands.experiment.report import plot, summarise, table
 from swarmling.app.commands.experiment.statistics import detectable_effect, paired_difference, t_quantile
 from swarmling.app.errors import NodeError
 from swarmling.app.metrics import read_records
+from swarmling.app.models import resolve_model
 from swarmling.app.paths import resolve_paths
 
 SMALL = replace(DESIGNS["specialists"], nodes=2, rounds=4, seeds=2, burn_in=1, eval_every=2)
@@ -79,7 +80,11 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
 
 
 def test_arms_run_apart_into_one_folder_make_one_grid_and_models_are_reported_apart(tmp_path):
-    home, models = resolve_paths(tmp_path / "home"), ("smollm2-135m", "gemma3-270m")
+    # The second model is a local GGUF file (the shipped SmolLM2 under another name): the test needs two
+    # model names, not the optional Gemma package, which the test install leaves out.
+    other = tmp_path / "other-model.gguf"
+    other.symlink_to(resolve_model("smollm2-135m", tmp_path / "cache").gguf)
+    home, models = resolve_paths(tmp_path / "home"), ("smollm2-135m", str(other))
     first = options(tmp_path / "exp", arms=("sharing",), models=models)
     assert run_experiment(first, home, build=fake, progress=lambda s: None)
     assert not (first.out / "runs" / "alone").exists()
@@ -90,13 +95,13 @@ def test_arms_run_apart_into_one_folder_make_one_grid_and_models_are_reported_ap
     summary = summarise(second)
     assert summary["comparisons"]["sharing"]["pairs"] == 2  # the sharing runs of the first invocation, paired
     seed = summary["arms"]["sharing"]["seeds"]["50"]
-    assert set(seed["primary_by_model"]) == set(models)  # node 0 SmolLM2, node 1 Gemma
+    assert set(seed["primary_by_model"]) == set(models)  # node 0 SmolLM2, node 1 the other model
     assert math.isclose(sum(seed["primary_by_model"].values()) / 2, seed["primary"])
-    assert "By model" in table(summary) and "gemma3-270m" in table(summary)
-    gemma = summary["comparisons"]["sharing"]["by_model"]["gemma3-270m"]
+    assert "By model" in table(summary) and str(other) in table(summary)
+    by_other = summary["comparisons"]["sharing"]["by_model"][str(other)]
     alone = summary["arms"]["alone"]["seeds"]
-    assert gemma["pairs"] == 2 and math.isclose(gemma["mean"], sum(
-        summary["arms"]["sharing"]["seeds"][s]["primary_by_model"]["gemma3-270m"] - alone[s]["primary_by_model"]["gemma3-270m"]
+    assert by_other["pairs"] == 2 and math.isclose(by_other["mean"], sum(
+        summary["arms"]["sharing"]["seeds"][s]["primary_by_model"][str(other)] - alone[s]["primary_by_model"][str(other)]
         for s in ("50", "51")) / 2)
 
 
