@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--tiny", action="store_true", help="tiny rounds (smoke runs)")
     exp.add_argument("--archive", type=Path, metavar="FILE",
                      help="restore finished runs from FILE before the grid, write it anew after (machines that start bare)")
-    _add_overrides(exp)
+    _add_overrides(exp, threads_default="2, the threads the README's figures were measured on")
 
     ev = sub.add_parser("eval", help="held-out accuracy of a checkpoint (default: the newest) or the base model")
     which = ev.add_mutually_exclusive_group()
@@ -207,10 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_overrides(p: argparse.ArgumentParser) -> None:
+def _add_overrides(p: argparse.ArgumentParser, threads_default: str = "all cores but one") -> None:
     p.add_argument("--model", help="shipped model name, path to a .gguf file, or (CUDA) a Hugging Face folder / cached id")
     p.add_argument("--preset", help="task preset (starter, sapo9)")
-    p.add_argument("--threads", type=_positive, help="CPU threads (default: all cores but one)")
+    p.add_argument("--threads", type=_positive, help=f"CPU threads (default: {threads_default})")
     p.add_argument("--max-memory", type=float, metavar="GB", help="memory ceiling in GB (resources.max_memory_gb)")
     p.add_argument("--peer", dest="peers", action="append", default=[], metavar="MULTIADDR",
                    help="a peer to stay connected to, /ip4/…/tcp/…/p2p/<peer id> (repeatable)")
