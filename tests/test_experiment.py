@@ -153,6 +153,7 @@ def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
     difference is the one built in."""
     o = options(tmp_path / "exp", arms=("alone", "sharing"))
     lift = {50: 0.10, 51: 0.06}  # sharing minus alone, per seed, outside each node's speciality
+    late = {50: 0.02, 51: 0.04}  # and more at the last round (the second endpoint)
     for arm in ("alone", "sharing"):
         for seed in o.seed_values:
             for k in range(o.nodes):
@@ -160,17 +161,21 @@ def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
                 node.mkdir(parents=True)
                 with (node / "evals.jsonl").open("w") as f:
                     for r in SMALL.eval_rounds(o.rounds):
-                        gain = lift[seed] if arm == "sharing" and SMALL.counted(r) else 0.0
+                        gain = lift[seed] + late[seed] * (r == o.rounds) if arm == "sharing" and SMALL.counted(r) else 0.0
                         # before the burn-in sharing is far behind: cut, it would hide the built-in lift
                         early = -0.5 if arm == "sharing" and not SMALL.counted(r) and r else 0.0
                         row = {d: 0.9 if d == own else 0.2 + 0.01 * k + gain + early for d, _ in SMALL.specialities}
                         f.write(json.dumps({"round": r, "per_dataset": row}) + "\n")
     summary = summarise(o)
     by_seed = {s: v["primary"] for s, v in summary["arms"]["sharing"]["seeds"].items()}
-    assert by_seed == pytest.approx({"50": 0.205 + 0.10, "51": 0.205 + 0.06})  # mean of nodes, own speciality out
+    # mean of nodes, own speciality out; the evaluations after rounds 2 and 4 counted, the last one's extra halved
+    assert by_seed == pytest.approx({"50": 0.205 + 0.11, "51": 0.205 + 0.08})
     c = summary["comparisons"]["sharing"]
-    assert c["mean"] == pytest.approx(0.08) and c["pairs"] == 2 and c["sd"] == pytest.approx(0.04 / math.sqrt(2))
-    assert c["low"] == pytest.approx(0.08 - t_quantile(0.975, 1) * 0.02)  # t with 1 df, SE = sd / sqrt(2)
+    assert c["mean"] == pytest.approx(0.095) and c["pairs"] == 2 and c["sd"] == pytest.approx(0.03 / math.sqrt(2))
+    assert c["low"] == pytest.approx(0.095 - t_quantile(0.975, 1) * 0.015)  # t with 1 df, SE = sd / sqrt(2)
+    final = c["final"]  # the last round alone: lift + late, per seed
+    assert final["mean"] == pytest.approx(0.11) and final["sd"] == pytest.approx(0.02 / math.sqrt(2))
+    assert "At the last round (4), paired by seed against alone: sharing +11.0% [" in table(summary)
 
 
 def test_the_cost_is_cpu_time_which_a_wait_does_not_inflate(tmp_path):

@@ -1,5 +1,6 @@
 """What came out of an experiment: the primary metric per node, arm and seed (the mean of its
-evaluations after the burn-in), paired by seed against the baseline arm, in `summary.json`,
+evaluations after the burn-in) and the second endpoint (the last round's accuracy), each paired by
+seed against the baseline arm, in `summary.json`,
 `table.md` and `experiment.png/.svg` (the curves, and the paired differences with their interval)."""
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def summarise(options: ExperimentOptions) -> dict:
                        for k in range(options.nodes)]
             seeds[str(seed)] = {
                 "primary": fmean(v for r, v in curve.items() if design.counted(r)),
+                "final": curve[options.rounds],  # the second endpoint: where the arm ended up
                 "curve": [[r, v] for r, v in curve.items()],
                 # heterogeneous swarms (--models): each model's nodes apart, as their means differ
                 "primary_by_model": {m: fmean(v for k, v in enumerate(by_node) if options.model_of(k) == m)
@@ -66,6 +68,7 @@ def summarise(options: ExperimentOptions) -> dict:
         compared = _paired(arm["seeds"], baseline) if name != design.baseline else None
         if compared:
             comparisons[name] = compared
+            compared["final"] = _paired(arm["seeds"], baseline, lambda run: run["final"])
             by_model = {m: _paired(arm["seeds"], baseline, lambda run, m=m: run["primary_by_model"][m])
                         for m in arm["primary_by_model"]}
             if len(by_model) > 1:  # a heterogeneous swarm: did each model gain?
@@ -142,6 +145,11 @@ def table(summary: dict) -> str:
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} | "
                      f"{'-' if share is None else f'{share:.0%}'} |")
+    finals = {name: c["final"] for name, c in summary["comparisons"].items() if c.get("final")}
+    if finals:
+        lines += ["", f"At the last round ({summary['rounds']}), paired by seed against {summary['baseline']}: " + "; ".join(
+            f"{name} {c['mean']:+.1%}" + (f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c["pairs"] > 1 else "")
+            for name, c in finals.items()) + "."]
     for label, c in summary.get("contrasts", {}).items():
         lines += ["", f"{label}, paired by seed ({c['pairs']} pairs): " + (
             f"{c['mean']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}], smallest detectable {c['detectable']:.1%}."
