@@ -18,6 +18,7 @@ from swarmling.app.commands.experiment.grid import Chunk, ExperimentOptions, nod
 from swarmling.app.commands.experiment.report import plot, summarise, table
 from swarmling.app.commands.experiment.statistics import detectable_effect, paired_difference, t_quantile
 from swarmling.app.errors import NodeError
+from swarmling.app.learning.evaluation import at_level_tasks, fixed_answer_score
 from swarmling.app.metrics import read_records
 from swarmling.app.models import resolve_model
 from swarmling.app.paths import resolve_paths
@@ -147,25 +148,33 @@ def test_the_arms_of_a_pair_draw_the_same_questions_and_seeds_through_the_grid(t
     assert [d[2] for d in alone_0.draws] != [d[2] for d in other_seed[0].draws]
 
 
-def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
-    """The statistics on a synthetic grid (evaluation logs written by hand, no run): the burn-in is
-    cut, nodes are averaged, a specialist is scored outside its speciality, and the paired
-    difference is the one built in."""
-    o = options(tmp_path / "exp", arms=("alone", "sharing"))
-    lift = {50: 0.10, 51: 0.06}  # sharing minus alone, per seed, outside each node's speciality
-    late = {50: 0.02, 51: 0.04}  # and more at the last round (the second endpoint)
-    for arm in ("alone", "sharing"):
+def write_evals(o, accuracy) -> None:
+    """A synthetic grid's evaluation logs, written by hand: accuracy(arm, seed, node, round, dataset)."""
+    for arm in o.arms or [a.name for a in SMALL.arms]:
         for seed in o.seed_values:
             for k in range(o.nodes):
-                own, node = SMALL.specialities[k][0], o.run_dir(SMALL.arm(arm), seed) / f"node-{k}"
+                node = o.run_dir(SMALL.arm(arm), seed) / f"node-{k}"
                 node.mkdir(parents=True)
                 with (node / "evals.jsonl").open("w") as f:
                     for r in SMALL.eval_rounds(o.rounds):
-                        gain = lift[seed] + late[seed] * (r == o.rounds) if arm == "sharing" and SMALL.counted(r) else 0.0
-                        # before the burn-in sharing is far behind: cut, it would hide the built-in lift
-                        early = -0.5 if arm == "sharing" and not SMALL.counted(r) and r else 0.0
-                        row = {d: 0.9 if d == own else 0.2 + 0.01 * k + gain + early for d, _ in SMALL.specialities}
+                        row = {d: accuracy(arm, seed, k, r, d) for d, _ in SMALL.specialities}
                         f.write(json.dumps({"round": r, "per_dataset": row}) + "\n")
+
+
+def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
+    """The statistics on a synthetic grid (no run): the burn-in is cut, nodes are averaged, a
+    specialist is scored outside its speciality, and the paired difference is the one built in."""
+    o = options(tmp_path / "exp", arms=("alone", "sharing"))
+    lift = {50: 0.10, 51: 0.06}  # sharing minus alone, per seed, outside each node's speciality
+    late = {50: 0.02, 51: 0.04}  # and more at the last round (the second endpoint)
+
+    def accuracy(arm, seed, k, r, d):
+        gain = lift[seed] + late[seed] * (r == o.rounds) if arm == "sharing" and SMALL.counted(r) else 0.0
+        # before the burn-in sharing is far behind: cut, it would hide the built-in lift
+        early = -0.5 if arm == "sharing" and not SMALL.counted(r) and r else 0.0
+        return 0.9 if d == SMALL.specialities[k][0] else 0.2 + 0.01 * k + gain + early
+
+    write_evals(o, accuracy)
     summary = summarise(o)
     by_seed = {s: v["primary"] for s, v in summary["arms"]["sharing"]["seeds"].items()}
     # mean of nodes, own speciality out; the evaluations after rounds 2 and 4 counted, the last one's extra halved
@@ -176,6 +185,30 @@ def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
     final = c["final"]  # the last round alone: lift + late, per seed
     assert final["mean"] == pytest.approx(0.11) and final["sd"] == pytest.approx(0.02 / math.sqrt(2))
     assert "At the last round (4), paired by seed against alone: sharing +11.0% [" in table(summary)
+
+
+def test_a_speciality_one_answer_can_score_is_flagged_and_left_out_of_the_sensitivity_analysis(tmp_path):
+    """letter_counting at level 0: "1" is right on 26 of its 40 held-out items (the real
+    reasoning-gym items, scored by the verifier). A sharing arm that gains only there (+0.45, to
+    that 65 %) and 0.05 elsewhere: flagged, and the comparison without it finds the 0.05."""
+    o = options(tmp_path / "exp", arms=("alone", "sharing"))
+    fixed = fixed_answer_score(at_level_tasks("starter", "letter_counting", 0, SMALL.eval_items))
+    assert (fixed.answer, fixed.accuracy) == ("1", 0.65)
+
+    def accuracy(arm, seed, k, r, d):
+        if d == "letter_counting":
+            return 0.65 if arm == "sharing" and r else 0.2
+        return 0.2 + (0.05 if arm == "sharing" else 0.0) + 0.01 * seed
+
+    write_evals(o, accuracy)
+    summary = summarise(o)
+    assert summary["shortcuts"] == ["letter_counting"] and summary["fixed_answers"]["chain_sum"]["accuracy"] < 0.25
+    c = summary["comparisons"]["sharing"]
+    # node 0 (letter_counting) gains 0.05 outside, node 1 (0.45 + 0.05) / 2: 0.15 in all
+    assert c["without_shortcuts"]["mean"] == pytest.approx(0.05) and c["mean"] == pytest.approx(0.15)
+    text = table(summary)
+    assert 'letter_counting: sharing score exactly what the answer "1" to every item scores' in text
+    assert "Leaving out letter_counting" in text and "sharing +5.0%" in text
 
 
 def test_the_cost_is_cpu_time_which_a_wait_does_not_inflate(tmp_path):

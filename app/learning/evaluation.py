@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,7 +35,7 @@ from statistics import fmean
 
 from ...backends.base import Abandoned, Completion, Sampler, SamplingParams
 from .prompt import STOP, PromptFormat
-from .reward import CLOSE
+from .reward import CLOSE, strict_score
 from .tasks import EVAL_SEED, Preset, Task, load_preset, regenerate
 
 EVAL_ITEMS = 240  # the fixed set, spread evenly over the preset's datasets
@@ -105,6 +106,22 @@ def score_tasks(sampler: Sampler, tasks: Sequence[Task], prefill_answer: bool, m
     form = PromptFormat(prefill_answer)
     replies = [group[0] for group in _generate(sampler, form, tasks, 1, near_greedy(max_new_tokens), should_stop)]
     return _score(form, tasks, replies, round(time.perf_counter() - started, 3))
+
+
+@dataclass(frozen=True)
+class FixedAnswer:
+    """The best one answer given to every item: what a shortcut scores without solving anything
+    (letter_counting at level 0: "1" is right on 26 of 40 held-out items, and a node trained on it
+    learns to say "1")."""
+
+    answer: str
+    accuracy: float
+
+
+def fixed_answer_score(tasks: Sequence[Task]) -> FixedAnswer:
+    """The most common right answer of `tasks`, scored by the verifier on all of them."""
+    answer = Counter(str(t.entry.get("answer")) for t in tasks).most_common(1)[0][0]
+    return FixedAnswer(answer, fmean(strict_score(t, answer) for t in tasks))
 
 
 def near_greedy(max_new_tokens: int) -> SamplingParams:

@@ -20,7 +20,8 @@ Levels were chosen from the base model's rates measured here (README, "Does shar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from statistics import fmean
 
@@ -68,13 +69,14 @@ class Design:
             return (dataset,), {dataset: level}
         return tuple(levels), levels
 
-    def primary(self, node: int, per_dataset: Mapping[str, float]) -> float:
-        """The node's primary metric from its per-speciality held-out accuracy."""
-        datasets = [d for d, _ in self.specialities]
+    def primary(self, node: int, per_dataset: Mapping[str, float], leaving_out: Collection[str] = ()) -> float:
+        """The node's primary metric from its per-speciality held-out accuracy (`leaving_out`: a
+        sensitivity analysis without some specialities; NaN where none is left)."""
+        datasets = [d for d, _ in self.specialities if d not in leaving_out]
         if self.specialists:
             own = self.specialities[node % len(self.specialities)][0]
             datasets = [d for d in datasets if d != own]
-        return fmean(per_dataset[d] for d in datasets)
+        return fmean(per_dataset[d] for d in datasets) if datasets else math.nan
 
     def eval_rounds(self, rounds: int | None = None) -> list[int]:
         """The rounds after which every node is evaluated (0: the base model, shared), the last

@@ -15,12 +15,22 @@ import numpy as np
 
 from ...learning.round_record import RoundRecord
 from ...metrics import read_records
-from .grid import CPU_FILE, EVALS_FILE, INVOCATIONS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions
+from ...learning.evaluation import at_level_tasks, fixed_answer_score
+from .grid import CPU_FILE, EVALS_FILE, INVOCATIONS_FILE, RESUMES_FILE, EvalLog, ExperimentOptions, node_config
 from .statistics import paired_difference
+
+
+# A speciality where one answer given to every item scores this much has a shortcut a policy gradient
+# finds (letter_counting at level 0: "1", 65 %; the designs' other specialities: 10 %). The report
+# also compares the arms without such specialities: a sensitivity analysis, added after the
+# specialists grid had run, not the primary metric.
+SHORTCUT = 0.25
 
 
 def summarise(options: ExperimentOptions) -> dict:
     design = options.design
+    fixed_answers = _fixed_answers(options)
+    shortcuts = [d for d, f in fixed_answers.items() if f["accuracy"] >= SHORTCUT]
     arms = {}
     for arm in design.arms:
         seeds = {}
@@ -36,6 +46,9 @@ def summarise(options: ExperimentOptions) -> dict:
             seeds[str(seed)] = {
                 "primary": fmean(v for r, v in curve.items() if design.counted(r)),
                 "final": curve[options.rounds],  # the second endpoint: where the arm ended up
+                "primary_without_shortcuts": fmean(
+                    _mean_present(design.primary(k, n[r], shortcuts) for k, n in enumerate(nodes))
+                    for r in sorted(nodes[0]) if design.counted(r)) if shortcuts else None,
                 "curve": [[r, v] for r, v in curve.items()],
                 # heterogeneous swarms (--models): each model's nodes apart, as their means differ
                 "primary_by_model": {m: fmean(v for k, v in enumerate(by_node) if options.model_of(k) == m)
@@ -69,15 +82,21 @@ def summarise(options: ExperimentOptions) -> dict:
         if compared:
             comparisons[name] = compared
             compared["final"] = _paired(arm["seeds"], baseline, lambda run: run["final"])
+            if shortcuts:
+                compared["without_shortcuts"] = _paired(arm["seeds"], baseline, lambda run: run["primary_without_shortcuts"])
             by_model = {m: _paired(arm["seeds"], baseline, lambda run, m=m: run["primary_by_model"][m])
                         for m in arm["primary_by_model"]}
             if len(by_model) > 1:  # a heterogeneous swarm: did each model gain?
                 compared["by_model"] = by_model
     contrasts = {}
     for name, against in design.contrasts:
-        compared = _paired(arms.get(name, {}).get("seeds", {}), arms.get(against, {}).get("seeds", {}))
+        runs, others = arms.get(name, {}).get("seeds", {}), arms.get(against, {}).get("seeds", {})
+        compared = _paired(runs, others)
         if compared:
             contrasts[f"{name} - {against}"] = compared | {"arm": name, "against": against}
+            if shortcuts:
+                contrasts[f"{name} - {against}"]["without_shortcuts"] = _paired(
+                    runs, others, lambda run: run["primary_without_shortcuts"])
     invocations = options.out / INVOCATIONS_FILE
     revisions = sorted({json.loads(line).get("revision") or "unknown" for line in invocations.read_text().splitlines()
                         if line.strip()}) if invocations.exists() else []
@@ -86,7 +105,16 @@ def summarise(options: ExperimentOptions) -> dict:
             "rounds": options.rounds, "seeds": list(options.seed_values), "burn_in": design.burn_in,
             "eval_rounds": design.eval_rounds(options.rounds), "models": list(options.models),
             "specialities": [list(s) for s in design.specialities], "arms": arms, "comparisons": comparisons,
-            "contrasts": contrasts}
+            "contrasts": contrasts, "eval_items": design.eval_items, "fixed_answers": fixed_answers, "shortcuts": shortcuts}
+
+
+def _fixed_answers(options: ExperimentOptions) -> dict[str, dict]:
+    """Per speciality, what one answer given to every held-out item scores: an arm at that figure
+    has likely learned the answer, not the skill."""
+    design = options.design
+    preset = node_config(options, design.arms[0], options.seed_values[0], 0).round.preset
+    scores = {d: fixed_answer_score(at_level_tasks(preset, d, level, design.eval_items)) for d, level in design.specialities}
+    return {d: {"answer": f.answer, "accuracy": f.accuracy} for d, f in scores.items()}
 
 
 def _paired(runs: dict, others: dict, metric=lambda run: run["primary"]) -> dict | None:
@@ -95,6 +123,12 @@ def _paired(runs: dict, others: dict, metric=lambda run: run["primary"]) -> dict
     if not seeds:
         return None
     return asdict(paired_difference([metric(runs[s]) for s in seeds], [metric(others[s]) for s in seeds])) | {"seeds": seeds}
+
+
+def _mean_present(values) -> float:
+    """The mean of the values that are numbers (a node with no speciality left is out)."""
+    present = [v for v in values if not math.isnan(v)]
+    return fmean(present) if present else math.nan
 
 
 def _mean(values) -> float | None:
@@ -139,21 +173,26 @@ def table(summary: dict) -> str:
     for name, arm in summary["arms"].items():
         mean, se = arm["primary_mean"], arm["primary_se"]
         c = summary["comparisons"].get(name)
-        diff = (f"{c['mean']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}]" if c and c["pairs"] > 1 else "-")
+        diff = _difference(c) if c and c["pairs"] > 1 else "-"
         detect = f"{c['detectable']:.1%}" if c and c["pairs"] > 1 else "-"
         cost, share = _cost(arm, baseline), arm["external_advantage_share"]
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} | "
                      f"{'-' if share is None else f'{share:.0%}'} |")
+    for label, c in summary.get("contrasts", {}).items():
+        lines += ["", f"{label}, paired by seed ({c['pairs']} pairs): {_difference(c)}"
+                      + (f", smallest detectable {c['detectable']:.1%}." if c["pairs"] > 1 else ".")]
     finals = {name: c["final"] for name, c in summary["comparisons"].items() if c.get("final")}
     if finals:
-        lines += ["", f"At the last round ({summary['rounds']}), paired by seed against {summary['baseline']}: " + "; ".join(
-            f"{name} {c['mean']:+.1%}" + (f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c["pairs"] > 1 else "")
-            for name, c in finals.items()) + "."]
-    for label, c in summary.get("contrasts", {}).items():
-        lines += ["", f"{label}, paired by seed ({c['pairs']} pairs): " + (
-            f"{c['mean']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}], smallest detectable {c['detectable']:.1%}."
-            if c["pairs"] > 1 else f"{c['mean']:+.1%}.")]
+        lines += ["", f"At the last round ({summary['rounds']}), paired by seed against {summary['baseline']}: "
+                      + "; ".join(f"{name} {_difference(c)}" for name, c in finals.items()) + "."]
+    lines += _per_speciality(summary)
+    if summary.get("shortcuts"):
+        without = {name: c["without_shortcuts"] for name, c in summary["comparisons"].items()} | {
+            label: c["without_shortcuts"] for label, c in summary.get("contrasts", {}).items()}
+        lines += ["", f"Leaving out {', '.join(summary['shortcuts'])} (one answer scores at least {SHORTCUT:.0%} of its "
+                      "items; a sensitivity analysis), paired by seed: "
+                      + "; ".join(f"{label} {_difference(c)}" for label, c in without.items()) + "."]
     if any(len(arm["primary_by_model"]) > 1 for arm in summary["arms"].values()):
         lines += ["", "By model (each model's nodes, mean over seeds): " + "; ".join(
             f"{name}: " + ", ".join(f"{m} {mean:.1%}" + _by_model_difference(summary, name, m)
@@ -175,12 +214,37 @@ def table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _difference(c: dict) -> str:
+    """A paired difference, with its 95 % interval where there are two pairs or more."""
+    return f"{c['mean']:+.1%}" + (f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c["pairs"] > 1 else "")
+
+
+def _per_speciality(summary: dict) -> list[str]:
+    """Each arm's accuracy per speciality at the last round beside what one fixed answer scores,
+    and the specialities where an arm sits at that figure (half an item either way)."""
+    fixed = summary.get("fixed_answers")
+    if not fixed:
+        return []
+    finals = {name: {d: fmean(run["per_dataset_final"][d] for run in arm["seeds"].values()) for d in fixed}
+              for name, arm in summary["arms"].items() if arm["seeds"]}
+    lines = ["", f"Per speciality at the last round (mean of nodes and seeds): " + "; ".join(
+        f"{name}: " + ", ".join(f"{d} {v:.1%}" for d, v in by_d.items()) for name, by_d in finals.items())
+        + ". One fixed answer to every item scores " + ", ".join(
+        f"{d} {f['accuracy']:.1%} (\"{f['answer']}\")" for d, f in fixed.items()) + "."]
+    half_item = 0.5 / summary["eval_items"]
+    for d, f in fixed.items():
+        at = [name for name, by_d in finals.items() if f["accuracy"] > 0 and abs(by_d[d] - f["accuracy"]) < half_item]
+        if at:
+            lines.append(f"{d}: {', '.join(at)} score exactly what the answer \"{f['answer']}\" to every item scores: "
+                         "likely that answer learned, not the skill.")
+    return lines
+
+
 def _by_model_difference(summary: dict, arm: str, model: str) -> str:
     c = summary["comparisons"].get(arm, {}).get("by_model", {}).get(model)
     if not c:
         return ""
-    interval = f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c["pairs"] > 1 else f", {c['pairs']} pair"
-    return f" (vs {summary['baseline']}: {c['mean']:+.1%}{interval})"
+    return f" (vs {summary['baseline']}: {_difference(c)}{'' if c['pairs'] > 1 else ', 1 pair'})"
 
 
 def _cost(arm: dict, baseline: dict) -> str:
