@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--tiny", action="store_true", help="tiny rounds (smoke runs)")
     exp.add_argument("--archive", type=Path, metavar="FILE",
                      help="restore finished runs from FILE before the grid, write it anew after (machines that start bare)")
-    _add_overrides(exp, threads_default="2, the threads the README's figures were measured on")
+    _add_overrides(exp, threads_default="backend.threads if configured, else 2, the threads the README's figures were measured on")
 
     ev = sub.add_parser("eval", help="held-out accuracy of a checkpoint (default: the newest) or the base model")
     which = ev.add_mutually_exclusive_group()

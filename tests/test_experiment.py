@@ -150,14 +150,14 @@ def test_the_arms_of_a_pair_draw_the_same_questions_and_seeds_through_the_grid(t
 
 def write_evals(o, accuracy) -> None:
     """A synthetic grid's evaluation logs, written by hand: accuracy(arm, seed, node, round, dataset)."""
-    for arm in o.arms or [a.name for a in SMALL.arms]:
+    for arm in o.arms or [a.name for a in o.design.arms]:
         for seed in o.seed_values:
             for k in range(o.nodes):
-                node = o.run_dir(SMALL.arm(arm), seed) / f"node-{k}"
+                node = o.run_dir(o.design.arm(arm), seed) / f"node-{k}"
                 node.mkdir(parents=True)
                 with (node / "evals.jsonl").open("w") as f:
-                    for r in SMALL.eval_rounds(o.rounds):
-                        row = {d: accuracy(arm, seed, k, r, d) for d, _ in SMALL.specialities}
+                    for r in o.design.eval_rounds(o.rounds):
+                        row = {d: accuracy(arm, seed, k, r, d) for d, _ in o.design.specialities}
                         f.write(json.dumps({"round": r, "per_dataset": row}) + "\n")
 
 
@@ -184,13 +184,13 @@ def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
     assert c["low"] == pytest.approx(0.095 - t_quantile(0.975, 1) * 0.015)  # t with 1 df, SE = sd / sqrt(2)
     final = c["final"]  # the last round alone: lift + late, per seed
     assert final["mean"] == pytest.approx(0.11) and final["sd"] == pytest.approx(0.02 / math.sqrt(2))
-    assert "At the last round (4), paired by seed against alone: sharing +11.0% [" in table(summary)
+    assert "At the last round (4), paired by seed: sharing - alone +11.0% [" in table(summary)
 
 
 def test_a_speciality_one_answer_can_score_is_flagged_and_left_out_of_the_sensitivity_analysis(tmp_path):
     """letter_counting at level 0: "1" is right on 26 of its 40 held-out items (the real
-    reasoning-gym items, scored by the verifier). A sharing arm that gains only there (+0.45, to
-    that 65 %) and 0.05 elsewhere: flagged, and the comparison without it finds the 0.05."""
+    reasoning-gym items, scored by the verifier). A sharing arm that gains there only by ending at
+    that 65 %, and 0.05 elsewhere: its nodes are flagged, and the comparison without it finds the 0.05."""
     o = options(tmp_path / "exp", arms=("alone", "sharing"))
     fixed = fixed_answer_score(at_level_tasks("starter", "letter_counting", 0, SMALL.eval_items))
     assert (fixed.answer, fixed.accuracy) == ("1", 0.65)
@@ -198,7 +198,7 @@ def test_a_speciality_one_answer_can_score_is_flagged_and_left_out_of_the_sensit
     def accuracy(arm, seed, k, r, d):
         if d == "letter_counting":
             return 0.65 if arm == "sharing" and r else 0.2
-        return 0.2 + (0.05 if arm == "sharing" else 0.0) + 0.01 * seed
+        return 0.2 + (0.05 if arm == "sharing" else 0.0) + 0.01 * (seed - 50)
 
     write_evals(o, accuracy)
     summary = summarise(o)
@@ -207,8 +207,25 @@ def test_a_speciality_one_answer_can_score_is_flagged_and_left_out_of_the_sensit
     # node 0 (letter_counting) gains 0.05 outside, node 1 (0.45 + 0.05) / 2: 0.15 in all
     assert c["without_shortcuts"]["mean"] == pytest.approx(0.05) and c["mean"] == pytest.approx(0.15)
     text = table(summary)
-    assert 'letter_counting: sharing score exactly what the answer "1" to every item scores' in text
-    assert "Leaving out letter_counting" in text and "sharing +5.0%" in text
+    assert 'letter_counting: nodes that ended exactly where the answer "1" to every item does' in text
+    assert "alone 0 of 4, sharing 4 of 4." in text
+    assert "Leaving out letter_counting" in text and "sharing - alone +5.0%" in text
+
+
+def test_without_a_shortcut_there_is_no_sensitivity_analysis_and_with_nothing_else_left_no_number(tmp_path):
+    def summary_of(design, folder):
+        o = options(tmp_path / folder, arms=("alone", "sharing"), design=design)
+        write_evals(o, lambda arm, seed, k, r, d: 0.3 + (0.1 if arm == "sharing" else 0.0))
+        return summarise(o)
+
+    plain = summary_of(replace(SMALL, specialities=SMALL.specialities[1:]), "plain")  # the arithmetic ones
+    assert plain["shortcuts"] == [] and "without_shortcuts" not in plain["comparisons"]["sharing"]
+    assert "Leaving out" not in table(plain) and plain["comparisons"]["sharing"]["mean"] == pytest.approx(0.1)
+    only = summary_of(replace(SMALL, specialities=SMALL.specialities[:1], specialists=False), "only")
+    assert only["shortcuts"] == ["letter_counting"]  # nothing left without it: no number, no NaN
+    assert all(run["primary_without_shortcuts"] is None for run in only["arms"]["sharing"]["seeds"].values())
+    assert "without_shortcuts" not in only["comparisons"]["sharing"] and "nan" not in table(only)
+    json.dumps(only, allow_nan=False)
 
 
 def test_the_cost_is_cpu_time_which_a_wait_does_not_inflate(tmp_path):

@@ -110,9 +110,9 @@ def score_tasks(sampler: Sampler, tasks: Sequence[Task], prefill_answer: bool, m
 
 @dataclass(frozen=True)
 class FixedAnswer:
-    """The best one answer given to every item: what a shortcut scores without solving anything
-    (letter_counting at level 0: "1" is right on 26 of 40 held-out items, and a node trained on it
-    learns to say "1")."""
+    """The most common answer, given to every item, and its accuracy: what a shortcut scores
+    without solving anything (letter_counting at level 0: "1" is right on 26 of 40 held-out items,
+    and a node trained on it learns to say "1")."""
 
     answer: str
     accuracy: float

@@ -40,19 +40,22 @@ def summarise(options: ExperimentOptions) -> dict:
             if not all(set(design.eval_rounds(options.rounds)) <= set(n) for n in nodes):
                 continue  # not finished: left out of every comparison
             curve = {r: fmean(design.primary(k, n[r]) for k, n in enumerate(nodes)) for r in sorted(nodes[0])}
-            by_node = [fmean(design.primary(k, n[r]) for r in n if design.counted(r)) for k, n in enumerate(nodes)]
+            counted = [r for r in sorted(nodes[0]) if design.counted(r)]
+            by_node = [fmean(design.primary(k, n[r]) for r in counted) for k, n in enumerate(nodes)]
+            # a node with nothing left outside the shortcuts is out of the sensitivity analysis
+            without = [_number_or_none(fmean(design.primary(k, n[r], shortcuts) for r in counted))
+                       for k, n in enumerate(nodes)] if shortcuts else []
             records = [[RoundRecord.from_dict(r) for r in read_records(run_dir / f"node-{k}" / "state" / "metrics.jsonl")]
                        for k in range(options.nodes)]
             seeds[str(seed)] = {
                 "primary": fmean(v for r, v in curve.items() if design.counted(r)),
                 "final": curve[options.rounds],  # the second endpoint: where the arm ended up
-                "primary_without_shortcuts": fmean(
-                    _mean_present(design.primary(k, n[r], shortcuts) for k, n in enumerate(nodes))
-                    for r in sorted(nodes[0]) if design.counted(r)) if shortcuts else None,
+                "primary_without_shortcuts": _mean(without),
                 "curve": [[r, v] for r, v in curve.items()],
                 # heterogeneous swarms (--models): each model's nodes apart, as their means differ
-                "primary_by_model": {m: fmean(v for k, v in enumerate(by_node) if options.model_of(k) == m)
-                                     for m in dict.fromkeys(options.model_of(k) for k in range(options.nodes)) if m},
+                "primary_by_model": _by_model(options, by_node),
+                "without_shortcuts_by_model": _by_model(options, without) if without else {},
+                "final_by_node": [n[options.rounds] for n in nodes],  # per speciality: who sits at a shortcut
                 "per_dataset_final": {d: fmean(n[options.rounds][d] for n in nodes) for d, _ in design.specialities},
                 "node_round_seconds": _mean([r.wall_seconds for recs in records for r in recs[1:]]),
                 # round 1 left out of both (warm-up)
@@ -67,36 +70,18 @@ def summarise(options: ExperimentOptions) -> dict:
         if not seeds and arm.name != design.baseline:
             continue  # nothing finished (not run: --arms), nothing to show
         values = [s["primary"] for s in seeds.values()]
-        models = dict.fromkeys(m for s in seeds.values() for m in s["primary_by_model"])
         arms[arm.name] = {"seeds": seeds, "primary_mean": fmean(values) if values else None,
-                          "primary_by_model": {m: fmean(s["primary_by_model"][m] for s in seeds.values()) for m in models},
+                          "primary_by_model": _mean_by_model(seeds.values(), "primary_by_model"),
                           # what the mix became: a 2/6 arm trains on fewer peers' groups when peers have few with signal
                           "external_advantage_share": _mean([s["external_advantage_share"] for s in seeds.values()]),
                           "primary_se": stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None,
                           "node_round_seconds": _mean([s["node_round_seconds"] for s in seeds.values()]),
                           "node_round_cpu_seconds": _all_or_none([s["node_round_cpu_seconds"] for s in seeds.values()])}
     baseline = arms[design.baseline]["seeds"]
-    comparisons = {}
-    for name, arm in arms.items():
-        compared = _paired(arm["seeds"], baseline) if name != design.baseline else None
-        if compared:
-            comparisons[name] = compared
-            compared["final"] = _paired(arm["seeds"], baseline, lambda run: run["final"])
-            if shortcuts:
-                compared["without_shortcuts"] = _paired(arm["seeds"], baseline, lambda run: run["primary_without_shortcuts"])
-            by_model = {m: _paired(arm["seeds"], baseline, lambda run, m=m: run["primary_by_model"][m])
-                        for m in arm["primary_by_model"]}
-            if len(by_model) > 1:  # a heterogeneous swarm: did each model gain?
-                compared["by_model"] = by_model
-    contrasts = {}
-    for name, against in design.contrasts:
-        runs, others = arms.get(name, {}).get("seeds", {}), arms.get(against, {}).get("seeds", {})
-        compared = _paired(runs, others)
-        if compared:
-            contrasts[f"{name} - {against}"] = compared | {"arm": name, "against": against}
-            if shortcuts:
-                contrasts[f"{name} - {against}"]["without_shortcuts"] = _paired(
-                    runs, others, lambda run: run["primary_without_shortcuts"])
+    comparisons = {name: c for name, arm in arms.items() if name != design.baseline
+                   if (c := _compare(arm["seeds"], baseline))}
+    contrasts = {f"{name} - {against}": c | {"arm": name, "against": against} for name, against in design.contrasts
+                 if (c := _compare(arms.get(name, {}).get("seeds", {}), arms.get(against, {}).get("seeds", {})))}
     invocations = options.out / INVOCATIONS_FILE
     revisions = sorted({json.loads(line).get("revision") or "unknown" for line in invocations.read_text().splitlines()
                         if line.strip()}) if invocations.exists() else []
@@ -117,18 +102,41 @@ def _fixed_answers(options: ExperimentOptions) -> dict[str, dict]:
     return {d: {"answer": f.answer, "accuracy": f.accuracy} for d, f in scores.items()}
 
 
+def _compare(runs: dict, others: dict) -> dict | None:
+    """Two arms' runs paired by seed: the primary metric, the last round, the sensitivity analysis
+    without shortcuts where there are any, and each model's nodes apart in a heterogeneous swarm."""
+    compared = _paired(runs, others)
+    if not compared:
+        return None
+    compared["final"] = _paired(runs, others, lambda run: run["final"])
+    without = _paired(runs, others, lambda run: run.get("primary_without_shortcuts"))
+    if without:
+        compared["without_shortcuts"] = without
+    for key, by_model_key in (("by_model", "primary_by_model"), ("without_shortcuts_by_model", "without_shortcuts_by_model")):
+        models = dict.fromkeys(m for run in runs.values() for m in run.get(by_model_key, {}))
+        by_model = {m: c for m in models if (c := _paired(runs, others, lambda run, m=m, k=by_model_key: run[k].get(m)))}
+        if len(by_model) > 1:  # a heterogeneous swarm: did each model gain?
+            compared[key] = by_model
+    return compared
+
+
 def _paired(runs: dict, others: dict, metric=lambda run: run["primary"]) -> dict | None:
-    """The paired difference of `metric` between two arms' runs over the seeds both finished."""
-    seeds = [s for s in runs if s in others]
+    """The paired difference of `metric` between two arms' runs over the seeds both finished and
+    both have the metric for."""
+    seeds = [s for s in runs if s in others and metric(runs[s]) is not None and metric(others[s]) is not None]
     if not seeds:
         return None
     return asdict(paired_difference([metric(runs[s]) for s in seeds], [metric(others[s]) for s in seeds])) | {"seeds": seeds}
 
 
-def _mean_present(values) -> float:
-    """The mean of the values that are numbers (a node with no speciality left is out)."""
-    present = [v for v in values if not math.isnan(v)]
-    return fmean(present) if present else math.nan
+def _by_model(options: ExperimentOptions, by_node: list) -> dict[str, float | None]:
+    """Each model's nodes' mean (--models: round-robin over the nodes; nothing without it)."""
+    return {m: _mean(v for k, v in enumerate(by_node) if options.model_of(k) == m)
+            for m in dict.fromkeys(options.model_of(k) for k in range(options.nodes)) if m}
+
+
+def _number_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def _mean(values) -> float | None:
@@ -182,22 +190,23 @@ def table(summary: dict) -> str:
     for label, c in summary.get("contrasts", {}).items():
         lines += ["", f"{label}, paired by seed ({c['pairs']} pairs): {_difference(c)}"
                       + (f", smallest detectable {c['detectable']:.1%}." if c["pairs"] > 1 else ".")]
-    finals = {name: c["final"] for name, c in summary["comparisons"].items() if c.get("final")}
-    if finals:
-        lines += ["", f"At the last round ({summary['rounds']}), paired by seed against {summary['baseline']}: "
-                      + "; ".join(f"{name} {_difference(c)}" for name, c in finals.items()) + "."]
+    compared = {f"{name} - {summary['baseline']}": c for name, c in summary["comparisons"].items()} | summary.get("contrasts", {})
+    lines += _endpoint_line(compared, "final", f"At the last round ({summary['rounds']}), paired by seed")
     lines += _per_speciality(summary)
     if summary.get("shortcuts"):
-        without = {name: c["without_shortcuts"] for name, c in summary["comparisons"].items()} | {
-            label: c["without_shortcuts"] for label, c in summary.get("contrasts", {}).items()}
-        lines += ["", f"Leaving out {', '.join(summary['shortcuts'])} (one answer scores at least {SHORTCUT:.0%} of its "
-                      "items; a sensitivity analysis), paired by seed: "
-                      + "; ".join(f"{label} {_difference(c)}" for label, c in without.items()) + "."]
-    if any(len(arm["primary_by_model"]) > 1 for arm in summary["arms"].values()):
-        lines += ["", "By model (each model's nodes, mean over seeds): " + "; ".join(
-            f"{name}: " + ", ".join(f"{m} {mean:.1%}" + _by_model_difference(summary, name, m)
-                                   for m, mean in arm["primary_by_model"].items())
-            for name, arm in summary["arms"].items() if arm["seeds"]) + "."]
+        lines += _endpoint_line(compared, "without_shortcuts", f"Leaving out {', '.join(summary['shortcuts'])} (one answer "
+                                f"scores at least {SHORTCUT:.0%} of its items; a sensitivity analysis), paired by seed")
+    for key, compared_key, label in (
+            ("primary_by_model", "by_model", "By model (each model's nodes, mean over seeds)"),
+            ("without_shortcuts_by_model", "without_shortcuts_by_model",
+             f"By model, leaving out {', '.join(summary.get('shortcuts', []))}")):
+        models = {name: _mean_by_model(arm["seeds"].values(), key) for name, arm in summary["arms"].items() if arm["seeds"]}
+        if any(len(by_model) > 1 for by_model in models.values()):
+            lines += ["", f"{label}: " + "; ".join(
+                f"{name}: " + ", ".join(f"{m} {'-' if mean is None else f'{mean:.1%}'}"
+                                        + _by_model_difference(summary, name, m, compared_key)
+                                        for m, mean in by_model.items())
+                for name, by_model in models.items()) + "."]
     resumed = [f"{name} seed {seed} at round {', '.join(map(str, run['resumed_at']))}"
                for name, arm in summary["arms"].items() for seed, run in arm["seeds"].items() if run.get("resumed_at")]
     if len(summary.get("revisions", [])) > 1:
@@ -219,29 +228,47 @@ def _difference(c: dict) -> str:
     return f"{c['mean']:+.1%}" + (f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c["pairs"] > 1 else "")
 
 
+def _endpoint_line(compared: dict, endpoint: str, label: str) -> list[str]:
+    """One line of paired differences of a further endpoint, for every comparison that has it."""
+    present = {name: c[endpoint] for name, c in compared.items() if c.get(endpoint)}
+    if not present:
+        return []
+    return ["", f"{label}: " + "; ".join(f"{name} {_difference(c)}" for name, c in present.items()) + "."]
+
+
+def _mean_by_model(runs, key: str) -> dict[str, float | None]:
+    """Each model's mean over runs of a per-model figure (`key`: primary_by_model, without_shortcuts_by_model)."""
+    runs = list(runs)
+    models = dict.fromkeys(m for run in runs for m in run.get(key, {}))
+    return {m: _mean(run[key].get(m) for run in runs) for m in models}
+
+
 def _per_speciality(summary: dict) -> list[str]:
-    """Each arm's accuracy per speciality at the last round beside what one fixed answer scores,
-    and the specialities where an arm sits at that figure (half an item either way)."""
+    """Each arm's accuracy per speciality at the last round beside what one fixed answer scores;
+    for each shortcut, how many of an arm's nodes ended exactly at that answer's score."""
     fixed = summary.get("fixed_answers")
     if not fixed:
         return []
-    finals = {name: {d: fmean(run["per_dataset_final"][d] for run in arm["seeds"].values()) for d in fixed}
-              for name, arm in summary["arms"].items() if arm["seeds"]}
-    lines = ["", f"Per speciality at the last round (mean of nodes and seeds): " + "; ".join(
-        f"{name}: " + ", ".join(f"{d} {v:.1%}" for d, v in by_d.items()) for name, by_d in finals.items())
+    arms = {name: arm for name, arm in summary["arms"].items() if arm["seeds"]}
+    means = {name: {d: fmean(run["per_dataset_final"][d] for run in arm["seeds"].values()) for d in fixed}
+             for name, arm in arms.items()}
+    lines = ["", "Per speciality at the last round (mean of nodes and seeds): " + "; ".join(
+        f"{name}: " + ", ".join(f"{d} {v:.1%}" for d, v in by_d.items()) for name, by_d in means.items())
         + ". One fixed answer to every item scores " + ", ".join(
         f"{d} {f['accuracy']:.1%} (\"{f['answer']}\")" for d, f in fixed.items()) + "."]
-    half_item = 0.5 / summary["eval_items"]
-    for d, f in fixed.items():
-        at = [name for name, by_d in finals.items() if f["accuracy"] > 0 and abs(by_d[d] - f["accuracy"]) < half_item]
-        if at:
-            lines.append(f"{d}: {', '.join(at)} score exactly what the answer \"{f['answer']}\" to every item scores: "
-                         "likely that answer learned, not the skill.")
+    half_item = 0.5 / summary["eval_items"]  # a node's accuracy is a whole number of items
+    for d in summary.get("shortcuts", []):
+        at = {name: [abs(node[d] - fixed[d]["accuracy"]) < half_item for run in arm["seeds"].values()
+                     for node in run.get("final_by_node", [])] for name, arm in arms.items()}
+        if any(any(flags) for flags in at.values()):
+            lines.append(f"{d}: nodes that ended exactly where the answer \"{fixed[d]['answer']}\" to every item does "
+                         "(likely that answer learned, not the skill): "
+                         + ", ".join(f"{name} {sum(flags)} of {len(flags)}" for name, flags in at.items()) + ".")
     return lines
 
 
-def _by_model_difference(summary: dict, arm: str, model: str) -> str:
-    c = summary["comparisons"].get(arm, {}).get("by_model", {}).get(model)
+def _by_model_difference(summary: dict, arm: str, model: str, key: str = "by_model") -> str:
+    c = summary["comparisons"].get(arm, {}).get(key, {}).get(model)
     if not c:
         return ""
     return f" (vs {summary['baseline']}: {_difference(c)}{'' if c['pairs'] > 1 else ', 1 pair'})"
