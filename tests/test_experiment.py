@@ -213,19 +213,20 @@ def test_a_speciality_one_answer_can_score_is_flagged_and_left_out_of_the_sensit
 
 
 def test_without_a_shortcut_there_is_no_sensitivity_analysis_and_with_nothing_else_left_no_number(tmp_path):
-    def summary_of(design, folder):
-        o = options(tmp_path / folder, arms=("alone", "sharing"), design=design)
+    def summary_of(design, folder, seeds=2):
+        o = options(tmp_path / folder, arms=("alone", "sharing"), design=design, seeds=seeds)
         write_evals(o, lambda arm, seed, k, r, d: 0.3 + (0.1 if arm == "sharing" else 0.0))
         return summarise(o)
 
     plain = summary_of(replace(SMALL, specialities=SMALL.specialities[1:]), "plain")  # the arithmetic ones
     assert plain["shortcuts"] == [] and "without_shortcuts" not in plain["comparisons"]["sharing"]
     assert "Leaving out" not in table(plain) and plain["comparisons"]["sharing"]["mean"] == pytest.approx(0.1)
-    only = summary_of(replace(SMALL, specialities=SMALL.specialities[:1], specialists=False), "only")
+    only = summary_of(replace(SMALL, specialities=SMALL.specialities[:1], specialists=False), "only", seeds=1)
     assert only["shortcuts"] == ["letter_counting"]  # nothing left without it: no number, no NaN
     assert all(run["primary_without_shortcuts"] is None for run in only["arms"]["sharing"]["seeds"].values())
     assert "without_shortcuts" not in only["comparisons"]["sharing"] and "nan" not in table(only)
-    json.dumps(only, allow_nan=False)
+    assert only["comparisons"]["sharing"]["pairs"] == 1 and only["comparisons"]["sharing"]["sd"] is None
+    json.dumps(only, allow_nan=False)  # one pair: no spread, written as null
 
 
 def test_the_cost_is_cpu_time_which_a_wait_does_not_inflate(tmp_path):

@@ -126,7 +126,9 @@ def _paired(runs: dict, others: dict, metric=lambda run: run["primary"]) -> dict
     seeds = [s for s in runs if s in others and metric(runs[s]) is not None and metric(others[s]) is not None]
     if not seeds:
         return None
-    return asdict(paired_difference([metric(runs[s]) for s in seeds], [metric(others[s]) for s in seeds])) | {"seeds": seeds}
+    difference = asdict(paired_difference([metric(runs[s]) for s in seeds], [metric(others[s]) for s in seeds]))
+    # one pair has no spread: null in summary.json (NaN is not JSON)
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in difference.items()} | {"seeds": seeds}
 
 
 def _by_model(options: ExperimentOptions, by_node: list) -> dict[str, float | None]:
