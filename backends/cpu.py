@@ -78,13 +78,14 @@ class CpuBackend(TorchTrainedBackend):
         self.trainer = TorchLoraTrainer(
             folder, settings.lora, settings.optim, settings.grpo, settings.temperature, device="cpu", seed=settings.seed
         )
-        self.precision = self._choose_precision(settings)
         settings.runtime_dir.mkdir(parents=True, exist_ok=True)
         self.compile_refused = None  # why this start does not compile, though asked to
         if settings.compiler:
             self.compile_refused = torch_compile.prepare(settings.compiler, settings.cache_dir, settings.runtime_dir,
                                                          settings.threads)
             self.trainer.compiling.on = self.compile_refused is None
+        self.precision = self._choose_precision(settings)
+        self.trainer.bf16_needs_compiling = self.trainer.bf16_base and not settings.bf16_forced
         cfg = self.trainer.config
         self.shape = ModelShape(
             arch=self.generator.architecture,
@@ -97,7 +98,12 @@ class CpuBackend(TorchTrainedBackend):
         """A bf16 base where asked for and it agrees with fp32 (backends/bf16_check.py); what runs, and why."""
         if not settings.bf16:
             return settings.bf16_reason or "fp32"
-        check = check_bf16(self.trainer, check_samples(self.encode_prompt, self.tokenize))
+        if not self.trainer.compiling.on and not settings.bf16_forced:  # app/sizing.cpu_bf16_choice says why
+            return "fp32: bf16 needs the compiled trainer, which this start lacks"
+        check = self._guarded(lambda: check_bf16(self.trainer, check_samples(self.encode_prompt, self.tokenize)))
+        if not self.trainer.compiling.on and not settings.bf16_forced:
+            self.trainer.bf16_base = False
+            return "fp32: compiling failed in the bf16 check, and bf16 needs the compiled trainer"
         if check.agrees:
             return f"{settings.bf16_reason}; {check.describe()}"
         if settings.bf16_forced:

@@ -148,7 +148,16 @@ class TorchLoraTrainer:
         self._checkpointing = False
         self.activation_checkpointing = optim.activation_checkpointing
         # The decoder layers through torch.compile (the CPU's train.cpu_compile; off until asked).
-        self.compiling = CompiledLayers(self._backbone.layers, lambda: self.optimizer.zero_grad(set_to_none=True))
+        self.compiling = CompiledLayers(self._backbone.layers, self._compiling_failed)
+        # A bf16 base chosen for the compiled trainer goes back to fp32 if compiling fails: eager
+        # bf16 rounds the adapter's updates away (app/sizing.cpu_bf16_choice). False: kept (forced).
+        self.bf16_needs_compiling = False
+
+    def _compiling_failed(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.bf16_base and self.bf16_needs_compiling:
+            log.warning("training in fp32: bf16 needs the compiled trainer")
+            self.bf16_base = False
 
     @property
     def activation_checkpointing(self) -> bool:

@@ -128,6 +128,19 @@ def test_the_memory_note_says_when_checkpointing_was_chosen():
     assert memory_note(Config(), resolved(8)) is None
 
 
+def test_a_bf16_base_goes_with_the_compiled_trainer_only():
+    """Eager bf16 rounds the adapter's small updates away (app/sizing.cpu_bf16_choice): a bf16
+    CPU trains in bf16 where it compiles, in fp32 where it cannot, and as told with `on`."""
+    bf16 = frozenset({"avx512_bf16"})
+    compiling = resolved(hw=machine(8, cxx_compiler="/usr/bin/g++", cpu_flags=bf16))
+    assert compiling.cpu_bf16 and "compiled" in compiling.cpu_bf16_reason
+    eager = resolved(hw=machine(8, cpu_flags=bf16))
+    assert not eager.cpu_bf16 and "needs the compiled trainer" in eager.cpu_bf16_reason
+    told = resolved(hw=machine(8, cpu_flags=bf16), train={"cpu_bf16": "on"})
+    assert told.cpu_bf16 and told.cpu_bf16_forced and "rounded away" in told.cpu_bf16_reason
+    assert not resolved(hw=machine(8, cxx_compiler="/usr/bin/g++")).cpu_bf16  # no bf16 instructions
+
+
 def test_the_cpu_trainer_compiles_where_a_compiler_is_found_unless_told_not_to():
     with_gxx = machine(8, cxx_compiler="/usr/bin/g++")
     assert resolved(hw=with_gxx).cpu_compile == "/usr/bin/g++"

@@ -54,7 +54,8 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     print(f"  cpu         {hw.cpu}: {hw.physical_cores} cores / {hw.logical_cores} threads")
     print(f"  memory      {hw.memory_total / 2**30:.1f} GiB ({hw.memory_available / 2**30:.1f} GiB free)")
     print(f"  bf16 on cpu {'yes (AVX-512 BF16 or AMX)' if hw.has_bf16_cpu else 'no'}: the trainer would run "
-          f"{cpu_bf16_choice(config.train.cpu_bf16, hw)[1]} (`swarmling bench` compares both)")
+          f"{cpu_bf16_choice(config.train.cpu_bf16, hw, cpu_compile_choice(config.train.cpu_compile, hw)[0] is not None)[1]}"
+          " (`swarmling bench` compares both)")
     print(f"  c++         {hw.cxx_compiler or 'none'}: the CPU trainer would run "
           f"{cpu_compile_choice(config.train.cpu_compile, hw)[1]}")
     print(f"  cuda        {', '.join(hw.cuda_devices) or 'none'}")

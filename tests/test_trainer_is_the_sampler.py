@@ -1,0 +1,56 @@
+"""The trainer computes the policy its sampler samples from, after training too: the adapter's
+updates reach the trainer's log-probabilities as they reach llama.cpp's.
+
+Eager bf16 fails this: each adapted layer's output is rounded to bf16 with the adapter's update
+added, and an update smaller than half a bf16 step of that output is lost, which early in
+training is most of them. A node therefore trains in bf16 only compiled (inductor keeps the sum in
+fp32 to the layer's end; app/sizing.cpu_bf16_choice). The start-up check (backends/bf16_check.py)
+could not see it: it runs before any step, on an adapter that is still zero."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from swarmling.backends.base import ChatPrompt, TrainSample
+
+
+def sampler_gap(backend, samples) -> float:
+    """Mean |log pi_trainer - log pi_sampler| per completion token, the adapter handed off."""
+    backend.hand_off()
+    trainer = np.concatenate([np.asarray(lp) for lp in backend.trainer.token_logprobs(samples)])
+    sampler = []
+    for sample in samples:
+        logits = backend.generator.prompt_logits(list(sample.prompt_ids) + list(sample.completion_ids)).astype(np.float64)
+        start = len(sample.prompt_ids) - 1  # the logits at position i predict token i + 1
+        for j, token in enumerate(sample.completion_ids):
+            row = logits[start + j]
+            sampler.append(row[token] - row.max() - np.log(np.exp(row - row.max()).sum()))
+    return float(np.abs(trainer - np.asarray(sampler)).mean())
+
+
+@pytest.mark.slow  # compiles the trainer's layers (~1 min on 2 cores)
+def test_after_training_the_trainer_is_its_samplers_policy_in_fp32_and_compiled_bf16_not_eager_bf16(
+        backend_factory, tmp_path):
+    backend = backend_factory(tmp_path / "run", bf16=True)  # bf16 asked for, no compiler given: fp32
+    assert not backend.trainer.bf16_base and "needs the compiled trainer" in backend.precision
+    prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
+    samples = [TrainSample(prompt, backend.tokenize(reply), advantage) for reply, advantage in
+               (("8</answer>", 1.0), ("9</answer>", -1.0), ("The sum is 8.</answer>", 0.5), ("I think 7</answer>", -0.5))]
+    for _ in range(2):
+        backend.train_step(samples)
+    trainer = backend.trainer
+    fp32 = sampler_gap(backend, samples)
+    trainer.bf16_base = True
+    eager_bf16 = sampler_gap(backend, samples)
+    trainer.compiling.on = True
+    try:
+        compiled_bf16 = sampler_gap(backend, samples)
+    finally:
+        trainer.compiling.on = False
+    print(f"trainer vs sampler after two steps, nats a token: fp32 {fp32:.3f}, bf16 eager {eager_bf16:.3f}, "
+          f"bf16 compiled {compiled_bf16:.3f}")
+    # The sampler reads the Q4_1 file: ~0.05-0.08 nats apart from any exact trainer (measured 0.079
+    # fp32, 0.062 compiled bf16, 0.27 eager bf16).
+    assert fp32 < 0.12 and compiled_bf16 < 0.12
+    assert eager_bf16 > 2 * max(fp32, compiled_bf16)  # why a node never trains eager bf16
