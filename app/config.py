@@ -123,9 +123,10 @@ class TrainSection(_Section):
     activation_checkpointing: bool | None = None
     # The CPU trainer's frozen base in bf16, cast once (the LoRA weights, AdamW, the output head and
     # the log-probabilities stay fp32): ~1.6-1.9x the fp32 step where the CPU has AVX-512 BF16 or
-    # AMX, 14-22x slower where it has not. "auto": on where the CPU reports them and a start-up
-    # check finds it agrees with fp32 on a fixed batch (backends/bf16_check.py); "on": always (the
-    # check only warns); "off": fp32. `swarmling doctor`, the backend line and `bench` say which runs.
+    # AMX, 14-22x slower where it has not. "auto": on where the CPU reports them, the trainer is
+    # compiled (train.cpu_compile: eager bf16 rounds the adapter's updates away, app/sizing.py) and a
+    # start-up check finds it agrees with fp32 on a fixed batch (backends/bf16_check.py); "on":
+    # always (the check only warns); "off": fp32. `swarmling doctor`, the backend line and `bench` say which runs.
     cpu_bf16: Literal["auto", "on", "off"] = "auto"
     # The CPU trainer's decoder layers through torch.compile (inductor writes C++ for the
     # elementwise ops between the matmuls): ~1.3x a bf16 step, ~1.15x an fp32 one on 2 cores, for

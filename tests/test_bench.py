@@ -41,6 +41,7 @@ class SwitchesFake(FakeBackend):
         self.activation_checkpointing = checkpointing
         self.compiled = compiled
         self.passes: list[tuple[bool, bool, bool]] = []
+        self.switch_log: list[TrainerSwitches] = []
         self.loads = 0
 
     def switches(self) -> TrainerSwitches:
@@ -53,6 +54,7 @@ class SwitchesFake(FakeBackend):
 
     def train_step(self, samples, should_stop=None, on_progress=None):
         self.passes.append((self.shared_prefix, self.bf16_base, self.activation_checkpointing))
+        self.switch_log.append(self.switches())
         self.clock.now += (1.0 if self.shared_prefix else 4.0) * (3.0 if self.bf16_base else 1.0) * (
             1.5 if self.activation_checkpointing else 1.0) * (0.5 if self.compiled else 1.0)
         return super().train_step(samples, should_stop, on_progress)
@@ -71,13 +73,13 @@ def test_the_comparison_times_each_switch_from_the_same_state(capsys, clock, tmp
     backend.save_state(tmp_path)  # the state the samples were drawn with
     backend.train_steps = 5
     _compare_training(backend, samples(), "the test's", tmp_path)
-    assert backend.passes == [(True, False, False), (False, False, False), (True, True, False), (True, False, True)]
-    assert backend.loads == 5  # the saved state before every pass, and again after the last
+    # no bf16 pass: the trainer is not compiled, and a node never trains eager bf16
+    assert backend.passes == [(True, False, False), (False, False, False), (True, False, True)]
+    assert backend.loads == 4  # the saved state before every pass, and again after the last
     assert backend.train_steps == 0
     assert (backend.shared_prefix, backend.bf16_base, backend.activation_checkpointing) == (True, False, False)
     out = capsys.readouterr().out
-    assert "shared is 4.00x faster" in out
-    assert "bf16 base          3.00 s vs fp32 1.00 s: 0.33x" in out
+    assert "shared is 4.00x faster" in out and "bf16" not in out
     assert "activation checkpointing    1.50 s vs 1.00 s without: 1.50x the time" in out
     if reset_peak_rss():  # Linux: each pass's own peak
         assert "training peak" in out
@@ -90,7 +92,19 @@ def test_compiled_layers_are_compared_with_eager_and_every_other_pass_is_warmed_
     # the node's pass, then each other pass twice: once to build its graphs, once timed
     assert len(backend.passes) == 1 + 2 * 4 and backend.passes[1] == backend.passes[2]
     assert backend.compiled  # left as the node runs it
-    assert "torch.compile      0.50 s vs eager 1.00 s: 2.00x (the node runs compiled, fp32)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "torch.compile      0.50 s vs eager fp32 1.00 s: 2.00x (the node runs compiled, fp32)" in out
+    assert "bf16 base          1.50 s vs fp32 0.50 s: 0.33x" in out  # both compiled
+
+
+def test_a_compiled_bf16_node_is_compared_with_eager_fp32_what_it_would_run_uncompiled(capsys, clock, tmp_path):
+    backend = SwitchesFake(clock, compiled=True)
+    backend.bf16_base = True
+    backend.save_state(tmp_path)
+    _compare_training(backend, samples(), "the test's", tmp_path)
+    eager = [p for p, s in zip(backend.passes, backend.switch_log) if not s.compiled]
+    assert eager and all(not bf16 for _, bf16, _ in eager)  # never eager bf16
+    assert "torch.compile      1.50 s vs eager fp32 1.00 s" in capsys.readouterr().out
 
 
 def test_a_switch_the_node_runs_with_is_compared_against_it_off(capsys, clock, tmp_path):

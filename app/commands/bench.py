@@ -162,13 +162,16 @@ def unique_tokens(samples: Sequence[TrainSample]) -> int:
 def training_passes(backend: Backend, checkpointing_required: bool = False) -> dict[str, TrainerSwitches]:
     """The switches of each timed pass: the node's own, without shared prefixes, and each switch
     the trainer offers flipped. Not checkpointing off where the memory limit required it: that
-    pass could take more memory than the machine's owner allowed."""
+    pass could take more memory than the machine's owner allowed. bf16 is compared compiled
+    only, and the eager pass runs fp32: a node never trains eager bf16 (app/sizing.cpu_bf16_choice)."""
     node = backend.switches()
     passes = {"node": node, "unshared": replace(node, shared_prefix=False)}
-    if node.bf16_base is not None:
+    if node.bf16_base is not None and node.compiled:
         passes["bf16_base"] = replace(node, bf16_base=not node.bf16_base)
     if node.compiled is not None:
-        passes["compiled"] = replace(node, compiled=not node.compiled)
+        eager_fp32 = False if node.bf16_base is not None else None
+        passes["compiled"] = replace(node, compiled=not node.compiled,
+                                     bf16_base=eager_fp32 if node.compiled else node.bf16_base)
     if node.activation_checkpointing is not None and not checkpointing_required:
         passes["activation_checkpointing"] = replace(node, activation_checkpointing=not node.activation_checkpointing)
     return passes
@@ -218,11 +221,12 @@ def _compare_training(backend: Backend, samples: list[TrainSample], which: str, 
               f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")
     if "compiled" in runs:
         eager, compiled = (runs["node"], runs["compiled"])[:: -1 if node.compiled else 1]
-        print(f"  torch.compile   {compiled[0]:7.2f} s vs eager {eager[0]:.2f} s: {eager[0] / compiled[0]:.2f}x "
+        eager_precision = "bf16" if (passes["compiled"] if node.compiled else node).bf16_base else "fp32"
+        print(f"  torch.compile   {compiled[0]:7.2f} s vs eager {eager_precision} {eager[0]:.2f} s: {eager[0] / compiled[0]:.2f}x "
               f"(the node runs {'compiled' if node.compiled else 'eager'}, {'bf16' if node.bf16_base else 'fp32'})")
-    if stats.kl is not None:
-        # The step before this version: fp32, no anchor (the same samples, its reference forward taken out).
-        fp32 = runs["bf16_base"] if node.bf16_base else runs["node"]
+    # The step before this version: fp32, no anchor (the same samples, its reference forward taken out).
+    fp32 = runs.get("bf16_base") if node.bf16_base else runs["node"]
+    if stats.kl is not None and fp32 is not None:
         before = fp32[0] - fp32[1].reference_seconds
         print(f"  the node's step {seconds:7.2f} s vs fp32 without the anchor {before:.2f} s: {seconds / before:.2f}x "
               "(target <= 1.3)")
