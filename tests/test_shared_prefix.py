@@ -291,3 +291,17 @@ def test_activation_checkpointing_computes_the_same_and_keeps_a_fraction_of_the_
     assert saved < plain_saved / 3
     # off again: as before (to within the dedupe by address, which a reused allocation can fool)
     assert not trainer.activation_checkpointing and abs(saved_bytes(compute) - plain_saved) < 0.05 * plain_saved
+
+
+@pytest.mark.slow
+def test_a_compile_fault_takes_a_bf16_base_chosen_for_compiling_back_to_fp32(trainer):
+    """Eager bf16 rounds the adapter's updates away (tests/test_trainer_is_the_sampler.py): when
+    compiling fails, a bf16 base that `auto` chose for the compiled trainer goes back to fp32; one
+    the user forced (train.cpu_bf16 = "on") stays."""
+    try:
+        for chosen_for_compiling, stays in ((True, False), (False, True)):
+            trainer.bf16_base, trainer.bf16_needs_compiling = True, chosen_for_compiling
+            trainer._compiling_failed()
+            assert trainer.bf16_base is stays
+    finally:
+        trainer.bf16_base, trainer.bf16_needs_compiling = False, False
