@@ -169,9 +169,8 @@ def training_passes(backend: Backend, checkpointing_required: bool = False) -> d
     if node.bf16_base is not None and node.compiled:
         passes["bf16_base"] = replace(node, bf16_base=not node.bf16_base)
     if node.compiled is not None:
-        eager_fp32 = False if node.bf16_base is not None else None
-        passes["compiled"] = replace(node, compiled=not node.compiled,
-                                     bf16_base=eager_fp32 if node.compiled else node.bf16_base)
+        eager = replace(node, compiled=False, bf16_base=None if node.bf16_base is None else False)
+        passes["compiled"] = eager if node.compiled else replace(node, compiled=True)
     if node.activation_checkpointing is not None and not checkpointing_required:
         passes["activation_checkpointing"] = replace(node, activation_checkpointing=not node.activation_checkpointing)
     return passes

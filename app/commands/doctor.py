@@ -53,11 +53,10 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
     print(f"  system      {hw.system} ({hw.machine})")
     print(f"  cpu         {hw.cpu}: {hw.physical_cores} cores / {hw.logical_cores} threads")
     print(f"  memory      {hw.memory_total / 2**30:.1f} GiB ({hw.memory_available / 2**30:.1f} GiB free)")
+    compiler, compiling = cpu_compile_choice(config.train.cpu_compile, hw)
     print(f"  bf16 on cpu {'yes (AVX-512 BF16 or AMX)' if hw.has_bf16_cpu else 'no'}: the trainer would run "
-          f"{cpu_bf16_choice(config.train.cpu_bf16, hw, cpu_compile_choice(config.train.cpu_compile, hw)[0] is not None)[1]}"
-          " (`swarmling bench` compares both)")
-    print(f"  c++         {hw.cxx_compiler or 'none'}: the CPU trainer would run "
-          f"{cpu_compile_choice(config.train.cpu_compile, hw)[1]}")
+          f"{cpu_bf16_choice(config.train.cpu_bf16, hw, compiler is not None)[1]} (`swarmling bench` compares both)")
+    print(f"  c++         {hw.cxx_compiler or 'none'}: the CPU trainer would run {compiling}")
     print(f"  cuda        {', '.join(hw.cuda_devices) or 'none'}")
     print(f"  apple mlx   {'yes' if hw.mlx_importable else 'no'}")
     status = 0

@@ -48,7 +48,7 @@ def summarise(options: ExperimentOptions) -> dict:
             records = [[RoundRecord.from_dict(r) for r in read_records(run_dir / f"node-{k}" / "state" / "metrics.jsonl")]
                        for k in range(options.nodes)]
             seeds[str(seed)] = {
-                "primary": fmean(v for r, v in curve.items() if design.counted(r)),
+                "primary": fmean(curve[r] for r in counted),
                 "final": curve[options.rounds],  # the second endpoint: where the arm ended up
                 "primary_without_shortcuts": _mean(without),
                 "curve": [[r, v] for r, v in curve.items()],
@@ -128,7 +128,7 @@ def _paired(runs: dict, others: dict, metric=lambda run: run["primary"]) -> dict
         return None
     difference = asdict(paired_difference([metric(runs[s]) for s in seeds], [metric(others[s]) for s in seeds]))
     # one pair has no spread: null in summary.json (NaN is not JSON)
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in difference.items()} | {"seeds": seeds}
+    return {k: _number_or_none(v) if isinstance(v, float) else v for k, v in difference.items()} | {"seeds": seeds}
 
 
 def _by_model(options: ExperimentOptions, by_node: list) -> dict[str, float | None]:
