@@ -1,9 +1,9 @@
-"""CUDA backend: torch samples and trains on one copy of the base weights (bf16 on a GPU).
+"""CUDA backend: torch samples and trains on one copy of the base weights (fp32, TF32 matmuls on a GPU).
 
 Generation (`torch_generator.py`) runs on the trainer's peft model, so the adapter just trained
 is the one that samples next round: hand-off is free and there is no second copy of the weights.
 Training is the shared `TorchLoraTrainer`. The same code runs with `device="cpu"` (fp32), which is
-how CI tests this backend without a GPU.
+how CI tests this backend without a GPU, in fp32 as on the GPU.
 
 Models: the shipped GGUF (dequantized once by transformers, cached) or a Hugging Face model folder
 (or an id already in the local Hugging Face cache: nothing is downloaded at run time).
@@ -44,13 +44,19 @@ class CudaSettings:
     model_dir: Path  # a Hugging Face folder (the converted shipped GGUF, or the user's own model)
     model_name: str
     temperature: float
-    device: str  # "cuda"; "cpu" runs the same code in fp32 (tests, CI)
+    device: str  # "cuda"; "cpu" runs the same code (tests, CI)
     lora: LoraSettings
     optim: OptimSettings
     grpo: GrpoSettings
     seed: int = 0
     compile_step: bool = True  # CUDA graphs for the decode step (GPU only; falls back to eager)
     full: bool = False  # train every weight instead of a LoRA adapter
+    # The base's precision, GPU or not. fp32, with TF32 matmuls on the GPU: in bf16 each adapted
+    # layer's output is rounded to bf16 with the adapter's update added, and an update below half
+    # a bf16 step of that output is lost (the CPU's eager bf16 trainer lost them: README, "A
+    # trainer that was not its sampler"); tests/test_cuda_precision.py measures it on either
+    # device. The model is small and the round launch-bound (bench-gpu), so fp32 costs little.
+    dtype: torch.dtype = torch.float32
 
 
 def round_memory_bytes(config, batch: int, tokens: int, dtype_bytes: int) -> int:
@@ -98,13 +104,21 @@ def check_model_fits(model_dir: Path, device: str, dtype: torch.dtype, full: boo
         )
 
 
+def allow_tensor_cores() -> None:
+    """fp32 matmuls on the GPU's tensor cores (TF32 inputs, fp32 sums): the node's precision."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
 class CudaBackend(TorchTrainedBackend):
     def __init__(self, settings: CudaSettings) -> None:
         from transformers import AutoTokenizer
 
         self.settings = settings
         on_gpu = settings.device.startswith("cuda")
-        self.dtype = torch.bfloat16 if on_gpu else torch.float32
+        self.dtype = settings.dtype
+        if on_gpu:
+            allow_tensor_cores()
         check_model_fits(settings.model_dir, settings.device, self.dtype, settings.full)
         self.tokenizer = AutoTokenizer.from_pretrained(str(settings.model_dir))
         self.chat_template = self.tokenizer.chat_template if isinstance(self.tokenizer.chat_template, str) else None

@@ -29,9 +29,18 @@ def pack_microbatches(widths: Sequence[int], token_budget: int) -> list[list[int
 
 
 def own_tokens(samples: Sequence[TrainSample]) -> int:
-    """Completion tokens of this node's own replies: what the KL anchor is estimated on (peers'
+    """Completion tokens of this node's own replies: what the reported KL is estimated on (peers'
     replies are no samples of this node's policy; torch_grpo.py)."""
     return sum(len(s.completion_ids) for s in samples if not s.from_peer)
+
+
+def anchored_replies(samples: Sequence[TrainSample]) -> list[bool]:
+    """Which replies the anchor acts on: this node's own, or, in a batch with none of them (peers'
+    groups alone), every reply, so that no step runs without an anchor (torch_grpo.py says why
+    k2 is safe on peers' text)."""
+    if own_tokens(samples):
+        return [not s.from_peer for s in samples]
+    return [True] * len(samples)
 
 
 def sampler_logprobs(samples: Sequence[TrainSample]) -> np.ndarray | None:

@@ -45,9 +45,10 @@ from .adapter_format import ADAPTER_FILE, MLX_OPTIMIZER_FILE, check_adapter_conf
 from .chat_template import render
 from .completion import check_sampling, generation_result
 from .incremental_text import IncrementalText
-from .microbatches import SamplerGap, own_tokens, sampler_logprobs
+from .microbatches import SamplerGap, anchored_replies, own_tokens, sampler_logprobs
 from .mlx_grpo import (
     grpo_token_objective,
+    k2_anchor,
     k3_kl,
     negative_reply_weight,
     sequence_importance_weight,
@@ -262,7 +263,9 @@ class MlxBackend(Backend):
             raise ValueError("train_step needs at least one completion token")
         grpo = self.settings.grpo
         own_count = own_tokens(samples)
-        anchored = grpo.kl_beta > 0 and own_count > 0  # the anchor is estimated on this node's own replies
+        on_reply = anchored_replies(samples)  # the anchor's replies (torch_grpo.py says which and why)
+        anchor_count = sum(len(s.completion_ids) for s, a in zip(samples, on_reply) if a)
+        anchored = grpo.kl_beta > 0
         stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "reference_s": 0.0}
         gap = SamplerGap()
         negatives: list[float] = []  # what the loss function weighed in the microbatch it last ran on
@@ -280,11 +283,13 @@ class MlxBackend(Backend):
             objective, ratio, clipped = grpo_token_objective(logp, old, adv, grpo, weight)
             kl = mx.zeros((1,))
             if reference is not None:
+                counted = mx.array([on_reply[i] for row in rows for i in row.samples
+                                    for _ in samples[i].completion_ids])
                 own = mx.array([not s.from_peer for s in batch for _ in s.completion_ids])
-                kl = k3_kl(logp, reference, own)
-                # the mean over own tokens: the loss divides by all tokens, peers' included
-                objective = objective - grpo.kl_beta * (total / own_count) * kl
-            return -objective.sum() / total, (ratio, clipped, old, mx.stop_gradient(kl).sum())
+                kl = k3_kl(logp, reference, mx.logical_and(own, counted))
+                # the mean over anchored tokens: the loss divides by all tokens, the others included
+                objective = objective - grpo.kl_beta * (total / anchor_count) * k2_anchor(logp, reference, counted)
+            return -objective.sum() / total, (ratio, clipped, old, kl.sum())
 
         grad_fn = nn.value_and_grad(self.model, loss_fn)
         grads_sum = None
@@ -330,7 +335,7 @@ class MlxBackend(Backend):
             loss=stats["loss"], tokens=total, samples=len(samples), seconds=time.perf_counter() - start,
             grad_norm=grad_norm, clip_fraction=stats["clipped"] / total, ratio_mean=stats["ratio"] / total,
             sampler_logprob_gap=gap.mean, sampler_ratio_outside=gap.outside_share,
-            kl=stats["kl"] / own_count if anchored else None, learning_rate=lr, reference_seconds=stats["reference_s"],
+            kl=stats["kl"] / own_count if anchored and own_count else None, learning_rate=lr, reference_seconds=stats["reference_s"],
             external_negative_weight=sum(weighed_negatives) / len(weighed_negatives) if weighed_negatives else None,
             extra={"computed_tokens": computed},
         )

@@ -35,11 +35,19 @@ def sequence_importance_weight(old_logp_sum: mx.array, sender_logp_sum: mx.array
 
 
 def k3_kl(logp: mx.array, ref_logp: mx.array, counted: mx.array | None = None) -> mx.array:
-    """As torch_grpo.k3_kl: 0 where `counted` is False, q masked before the exp."""
-    q = mx.stop_gradient(ref_logp) - logp
+    """As torch_grpo.k3_kl (reported, not a loss): 0 where `counted` is False, q masked before the exp."""
+    q = mx.stop_gradient(ref_logp) - mx.stop_gradient(logp)
     if counted is not None:
         q = mx.where(counted, q, mx.zeros_like(q))
     return mx.exp(q) - q - 1
+
+
+def k2_anchor(logp: mx.array, ref_logp: mx.array, counted: mx.array | None = None) -> mx.array:
+    """As torch_grpo.k2_anchor: ½(log pi - log pi_ref)^2, 0 where `counted` is False."""
+    d = logp - mx.stop_gradient(ref_logp)
+    if counted is not None:
+        d = mx.where(counted, d, mx.zeros_like(d))
+    return 0.5 * d * d
 
 
 def negative_reply_weight(old_logp_sum: mx.array, sender_logp_sum: mx.array, tokens: int, sampler_bias: float,
@@ -50,8 +58,8 @@ def negative_reply_weight(old_logp_sum: mx.array, sender_logp_sum: mx.array, tok
 
 def grpo_loss(logp: mx.array, old_logp: mx.array, advantages: mx.array, settings: GrpoSettings,
               importance_weight: mx.array | None = None, ref_logp: mx.array | None = None) -> mx.array:
-    """- sum of (the token objectives - beta * k3) / number of tokens (DAPO's token-level mean)."""
+    """- sum of (the token objectives - beta * k2) / number of tokens (DAPO's token-level mean)."""
     objective, _, _ = grpo_token_objective(logp, old_logp, advantages, settings, importance_weight)
     if ref_logp is not None and settings.kl_beta > 0:
-        objective = objective - settings.kl_beta * k3_kl(logp, ref_logp)
+        objective = objective - settings.kl_beta * k2_anchor(logp, ref_logp)
     return -objective.sum() / logp.size

@@ -55,7 +55,7 @@ class GrpoSettings:
     external_importance_cap: float
     # Cap of the weight of a peer's reply with a negative advantage (0: off); see torch_grpo.py.
     external_negative_cap: float
-    # The KL anchor to the base model (k3 per token); 0: none.
+    # The anchor to the base model (k2 per token, its gradient the reverse KL's: torch_grpo.py); 0: none.
     kl_beta: float
 
     @classmethod

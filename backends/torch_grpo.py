@@ -4,17 +4,37 @@ Per token t of completion i with advantage A_i:
 
     r_t   = exp(logp_t - old_logp_t)                      (policy ratio)
     obj_t = min(r_t * A_i, clip(r_t, 1 - eps_low, 1 + eps_high) * A_i) * w_t
-    kl_t  = exp(q_t) - q_t - 1,  q_t = ref_logp_t - logp_t   (k3 estimate of KL(pi || pi_base))
-    loss  = - sum_t obj_t / N_tokens + beta * sum_{own t} kl_t / N_own
-            (the objective a token-level mean over the whole batch, DAPO; the anchor over own tokens)
+    d_t   = logp_t - ref_logp_t                           (log pi - log pi_base)
+    loss  = - sum_t obj_t / N_tokens + beta * sum_{anchored t} d_t^2 / 2 / N_anchored
+            (the objective a token-level mean over the whole batch, DAPO; the anchor a mean over
+            its own tokens)
 
-The KL anchor (Schulman's k3 estimator: unbiased on samples from pi, never negative) holds the
-policy near the base model: without it nothing stops drift once clipping cannot act (one update per
-batch: the ratio is 1 at the update). It is estimated on this node's own replies only: k3 holds on
-samples of pi, and on a peer's text, where pi can be far below pi_base, exp(q) is unbounded
-(measured: one step's KL at 1,863 nats a token and a gradient norm of 4,657 in a step with peers'
-replies; for one of its own sampled tokens the policy would need a probability e^13.5 times
-below the base's). `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
+With one update per round old_logp is the policy itself, so r_t = 1 at the update and the clip
+never binds: what runs is a REINFORCE step with a group baseline, the importance weights and the
+anchor. The clip acts only where a caller gives pi_old (several updates on one batch).
+
+The anchor to the base model is k2, ½(log pi - log pi_base)^2, used as a loss. Its gradient
+d_t * grad log pi_t has, on tokens sampled from pi, the expectation grad KL(pi || pi_base) of the
+next token's distribution at the token's prefix: the *reverse* KL, which lets the policy take
+probability away from answers the base model likes, at a price that grows with how far it moved.
+Why not the alternatives:
+- k3 (exp(q) - q - 1, q = ref - logp) as a loss, what ran until 2026-11: unbiased in value, but
+  its expected gradient is E_pi[(1 - pi_base/pi) grad log pi] = grad KL(pi_base || pi), the
+  *forward* KL, which grows without bound as the policy sharpens away from the base's wrong
+  answers: exactly the learning a rare-success task needs (measured: 20.8 % with it against
+  65.8 % without on rare-success seed 200).
+- k1 folded into the reward (-beta * sum_t d_t per reply) gives the whole reply's KL gradient, the
+  prefix's share included, but it is a reward spread in every group (signal where there is none)
+  and its variance is the reply's.
+k2 per token leaves out how a token changes the KL of the tokens after it; the replies here are
+short (an answer of a few tokens) and that term small. The *reported* KL stays k3 on the node's
+own replies: an unbiased, never negative estimate of KL(pi || pi_base) per token.
+
+Which tokens are anchored: the node's own replies, where the expectation above holds. A batch with
+none of them (peers' groups alone) is anchored on peers' replies instead: there k2 is no KL
+estimate, but its gradient is bounded by |d_t| (k3's exp(q) reached 1,863 nats a token on a peer's
+text) and pulls log pi back toward log pi_base on the very text the step moves, so no step runs
+without an anchor. `w_t` is an optional truncated importance weight min(pi_old / pi_sampler, cap),
 detached: it corrects for the sampler (llama.cpp on a quantized file) not being exactly the
 trainer's policy (Yao et al. 2025, "truncated importance sampling"). It is 1 when unused.
 
@@ -68,13 +88,25 @@ def grpo_token_objective(
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-token k3 estimate of KL(pi || pi_ref): exp(q) - q - 1 with q = ref_logp - logp; 0 in
-    value and gradient where `counted` is False. q is masked before the exp: a peer's token our
-    policy finds unlikely enough overflows exp(q), and inf x 0 would make the whole step NaN."""
-    q = ref_logp.detach() - logp
+    """Per-token k3 estimate of KL(pi || pi_ref), for reporting: exp(q) - q - 1 with q = ref_logp -
+    logp; 0 where `counted` is False. q is masked before the exp: a peer's token our policy finds
+    unlikely enough overflows exp(q), and inf x 0 would make the whole step NaN. Not a loss: its
+    gradient is the forward KL's (see the module's docstring)."""
+    q = ref_logp.detach() - logp.detach()
     if counted is not None:
         q = torch.where(counted, q, torch.zeros_like(q))
     return torch.exp(q) - q - 1
+
+
+def k2_anchor(logp: torch.Tensor, ref_logp: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token anchor loss ½(log pi - log pi_ref)^2, 0 in value and gradient where `counted` is
+    False. On tokens sampled from pi its expected gradient is grad KL(pi || pi_ref) of the token's
+    distribution at its prefix (the module's docstring; tests/test_anchor.py checks it by
+    enumeration)."""
+    d = logp - ref_logp.detach()
+    if counted is not None:
+        d = torch.where(counted, d, torch.zeros_like(d))
+    return 0.5 * d * d
 
 
 def negative_reply_weight(old_logp_sum: torch.Tensor, sender_logp_sum: torch.Tensor, tokens: int,

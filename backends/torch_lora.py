@@ -29,12 +29,12 @@ from .adapter_format import (
     write_lora_config,
 )
 from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainerSwitches, TrainSample, TrainStats
-from .microbatches import SamplerGap, own_tokens
+from .microbatches import SamplerGap, anchored_replies, own_tokens
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import RowBatch, attention_allowed, microbatches
 from .torch_compile import CompiledLayers
 from .torch_head import logits_at, token_logprobs
-from .torch_grpo import grpo_token_objective, k3_kl, old_logprobs, token_weights
+from .torch_grpo import grpo_token_objective, k2_anchor, k3_kl, old_logprobs, token_weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -311,12 +311,12 @@ class TorchLoraTrainer:
         with self.model.disable_adapter():
             return self._per_token(samples)
 
-    def _anchor_references(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
-        """log pi_base of each own reply's tokens (`_reference_logprobs`), and zeros for peers'
-        replies, which the anchor leaves out: the reference pass runs on own replies alone."""
-        own = [i for i, s in enumerate(samples) if not s.from_peer]
+    def _anchor_references(self, samples: Sequence[TrainSample], anchored: Sequence[bool]) -> list[torch.Tensor]:
+        """log pi_base of each anchored reply's tokens (`_reference_logprobs`), and zeros for the
+        others, which the anchor leaves out: the reference pass runs on anchored replies alone."""
+        chosen = [i for i, a in enumerate(anchored) if a]
         references = [torch.zeros(len(s.completion_ids), device=self.device) for s in samples]
-        for i, reference in zip(own, self._reference_logprobs([samples[i] for i in own])):
+        for i, reference in zip(chosen, self._reference_logprobs([samples[i] for i in chosen])):
             references[i] = reference
         return references
 
@@ -373,10 +373,12 @@ class TorchLoraTrainer:
         computed = 0
         beta = self.grpo.kl_beta
         own_count = own_tokens(samples)
-        anchored = beta > 0 and own_count > 0  # the anchor is estimated on this node's own replies
+        on_reply = anchored_replies(samples)
+        anchor_count = sum(len(s.completion_ids) for s, a in zip(samples, on_reply) if a)
+        anchored = beta > 0
         if anchored:
             reference_s = time.perf_counter()
-            references = self._anchor_references(samples)
+            references = self._anchor_references(samples, on_reply)
             reference_s = time.perf_counter() - reference_s
         for mb in self._batches(samples):
             computed += mb.computed_tokens
@@ -391,11 +393,12 @@ class TorchLoraTrainer:
             weight = token_weights(batch, owner, old, self.grpo, gap, self.sampler_bias, negatives)
             objective, ratio, was_clipped = grpo_token_objective(logp, old, adv, self.grpo, weight)
             if anchored:
+                reference = self._in_microbatch(references, mb)
+                counted = torch.tensor([on_reply[i] for i in mb.samples], device=self.device)[owner]
+                # the mean over anchored tokens: the loss divides by all tokens, the others included
+                objective = objective - beta * (total_tokens / anchor_count) * k2_anchor(logp, reference, counted)
                 own = torch.tensor([not sample.from_peer for sample in batch], device=self.device)[owner]
-                kl = k3_kl(logp, self._in_microbatch(references, mb), own)
-                # the mean over own tokens: the loss divides by all tokens, peers' included
-                objective = objective - beta * (total_tokens / own_count) * kl
-                kl_sum += float(kl.detach().sum())
+                kl_sum += float(k3_kl(logp, reference, own & counted).sum())
             loss = -objective.sum() / total_tokens
             loss.backward()
             loss_sum += float(loss.detach())
@@ -429,7 +432,7 @@ class TorchLoraTrainer:
             ratio_mean=ratio_sum / total_tokens,
             sampler_logprob_gap=gap.mean,
             sampler_ratio_outside=gap.outside_share,
-            kl=kl_sum / own_count if anchored else None,
+            kl=kl_sum / own_count if anchored and own_count else None,
             learning_rate=lr,
             reference_seconds=reference_s,
             external_negative_weight=sum(negatives) / len(negatives) if negatives else None,

@@ -1,4 +1,4 @@
-"""The learning rules' arithmetic, by hand: the k3 KL estimate, the weight of a peer's reply pushed
+"""The learning rules' arithmetic, by hand: the k3 KL estimate (reported; the anchor is tests/test_anchor.py), the weight of a peer's reply pushed
 down, and the warmup of the step size."""
 
 from __future__ import annotations
@@ -24,16 +24,15 @@ def test_k3_is_exp_q_minus_q_minus_1_and_never_negative():
 
 
 def test_k3_leaves_out_what_it_does_not_count_even_where_exp_would_overflow():
-    """A peer's token our policy finds far less likely than the base (q = 200: exp overflows) adds
-    nothing, in value or gradient, so it cannot turn a step into NaN and have it skipped."""
-    logp = torch.tensor([-1.0, -201.0, -2.0], requires_grad=True)
+    """The reported KL: a peer's token our policy finds far less likely than the base (q = 200:
+    exp overflows) adds nothing, so it cannot turn a step's figures into inf."""
+    logp = torch.tensor([-1.0, -201.0, -2.0])
     ref = torch.tensor([-1.5, -1.0, -1.0])
     counted = torch.tensor([True, False, True])
     kl = k3_kl(logp, ref, counted)
-    kl.sum().backward()
-    assert kl[1] == 0 and logp.grad[1] == 0 and bool(torch.isfinite(logp.grad).all())
-    assert torch.allclose(kl[[0, 2]], k3_kl(logp.detach()[[0, 2]], ref[[0, 2]]))
-    assert not torch.isfinite(k3_kl(logp.detach(), ref)).all()  # unmasked, it would overflow
+    assert kl[1] == 0 and bool(torch.isfinite(kl).all())
+    assert torch.allclose(kl[[0, 2]], k3_kl(logp[[0, 2]], ref[[0, 2]]))
+    assert not torch.isfinite(k3_kl(logp, ref)).all()  # unmasked, it would overflow
 
 
 def test_a_peers_negative_reply_weighs_its_ratio_corrected_by_our_own_sampler_gap_at_most_the_cap():

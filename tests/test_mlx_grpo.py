@@ -67,12 +67,12 @@ def test_the_kl_anchor_and_the_weight_of_peers_negatives_are_the_same_in_both():
     settings = GrpoSettings(clip_low=0.2, clip_high=0.28, importance_cap=2.0, external_importance_cap=0.0,
                             external_negative_cap=1.0, kl_beta=0.1)
     lp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
-    kl = torch_grpo.k3_kl(lp, torch.tensor(ref, dtype=torch.float64))
+    kl = torch_grpo.k2_anchor(lp, torch.tensor(ref, dtype=torch.float64))
     (settings.kl_beta * kl.sum() / lp.numel()).backward()
     zeros = np.zeros(12)
     loss, grad = mx.value_and_grad(lambda x: mlx_grpo.grpo_loss(x, mx.array(logp.astype(np.float32)), mx.array(
         zeros.astype(np.float32)), settings, None, mx.array(ref.astype(np.float32))))(mx.array(logp.astype(np.float32)))
-    assert np.isclose(float(loss), settings.kl_beta * kl.detach().sum().item() / 12, rtol=1e-4)  # advantages 0: the KL alone
+    assert np.isclose(float(loss), settings.kl_beta * kl.detach().sum().item() / 12, rtol=1e-4)  # advantages 0: the anchor alone
     assert np.allclose(np.array(grad), lp.grad.numpy(), atol=1e-5)
     for args in ((-30.0, -31.0, 10, -0.01, 1.0), (-30.0, -20.0, 10, -0.01, 1.0), (-5.0, -6.0, 4, 0.0, 0.5)):
         t = float(torch_grpo.negative_reply_weight(torch.tensor(args[0]), torch.tensor(args[1]), *args[2:]))
@@ -80,12 +80,14 @@ def test_the_kl_anchor_and_the_weight_of_peers_negatives_are_the_same_in_both():
         assert np.isclose(t, m, rtol=1e-5)
 
 
-def test_k3_leaves_out_what_it_does_not_count_in_both():
+def test_k3_and_k2_leave_out_what_they_do_not_count_in_both():
     logp, ref = np.array([-1.0, -201.0, -2.0]), np.array([-1.5, -1.0, -1.0])
     counted = np.array([True, False, True])
-    t = torch_grpo.k3_kl(torch.tensor(logp), torch.tensor(ref), torch.tensor(counted)).numpy()
-    m = np.array(mlx_grpo.k3_kl(mx.array(logp.astype(np.float32)), mx.array(ref.astype(np.float32)), mx.array(counted)))
-    assert t[1] == 0 and m[1] == 0 and np.allclose(t, m, rtol=1e-5)
+    for name in ("k3_kl", "k2_anchor"):
+        t = getattr(torch_grpo, name)(torch.tensor(logp), torch.tensor(ref), torch.tensor(counted)).numpy()
+        m = np.array(getattr(mlx_grpo, name)(mx.array(logp.astype(np.float32)), mx.array(ref.astype(np.float32)),
+                                             mx.array(counted)))
+        assert t[1] == 0 and m[1] == 0 and np.allclose(t, m, rtol=1e-5)
 
 
 def test_a_reply_from_another_model_gets_no_ratio_in_both():

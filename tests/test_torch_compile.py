@@ -40,6 +40,9 @@ def test_the_cache_is_one_folder_per_instruction_set_and_compiler(monkeypatch, t
     import torch
 
     monkeypatch.setattr(torch_compile, "cpu_info", lambda: ("x", frozenset({"avx2", "avx512f"})))
+    # torch's dispatch on an AVX-512 machine, whatever this one has (on an AVX2-only CPU torch
+    # already says AVX2, and lowering it below would change nothing)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     wide = cache_folder(tmp_path, GXX)
     assert cache_folder(tmp_path, "/usr/bin/clang++") != wide
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # ATEN_CPU_CAPABILITY=avx2

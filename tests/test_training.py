@@ -162,10 +162,11 @@ def test_the_anchor_is_the_k3_kl_to_the_base_model_computed_by_hand(backend):
     assert stats.reference_seconds > 0 and stats.learning_rate > 0
 
 
-def test_the_anchor_leaves_peers_replies_out(backend):
-    """k3 estimates the KL on the policy's own samples only: with a peer's reply in the batch the
-    step's KL is still the mean over the own replies' tokens (a peer's text the policy finds
-    unlikely would otherwise blow it up), and a batch of peers' replies alone has no anchor."""
+def test_the_anchor_is_k2_on_own_replies_and_on_peers_replies_only_where_there_is_no_own_reply(backend):
+    """The reported KL is k3 on the policy's own samples only: with a peer's reply in the batch it is
+    still the mean over the own replies' tokens (a peer's text the policy finds unlikely would
+    otherwise blow it up), and the loss's anchor is beta x the mean k2 over those tokens. A batch of
+    peers' replies alone is anchored on them (k2 is bounded there) and reports no KL."""
     trainer = backend.trainer
     prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
     own = [TrainSample(prompt, backend.tokenize("8</answer>"), 1.0), TrainSample(prompt, backend.tokenize("9</answer>"), -1.0)]
@@ -173,24 +174,32 @@ def test_the_anchor_leaves_peers_replies_out(backend):
         backend.train_step(own)  # move away from the base
     peer = TrainSample(prompt, backend.tokenize("eight, I think</answer>"), 1.0, sequence_behaviour_logprob=-20.0,
                        from_peer=True)
-    policy = trainer.token_logprobs(own)
-    with trainer.model.disable_adapter():
-        base = trainer.token_logprobs(own)
-    by_hand = np.mean([np.exp(b - p) - (b - p) - 1 for ps, bs in zip(policy, base) for p, b in zip(ps, bs)])
-    # With the step size at 0 the state stays put: the anchor adds beta x the own-token mean to the
-    # loss, whatever the share of peers' tokens in it.
+
+    def by_hand(samples, estimator):
+        policy = trainer.token_logprobs(samples)
+        with trainer.model.disable_adapter():
+            base = trainer.token_logprobs(samples)
+        return np.mean([estimator(p, b) for ps, bs in zip(policy, base) for p, b in zip(ps, bs)])
+
+    k3 = by_hand(own, lambda p, b: np.exp(b - p) - (b - p) - 1)
+    k2_own, k2_peer = by_hand(own, lambda p, b: 0.5 * (p - b) ** 2), by_hand([peer], lambda p, b: 0.5 * (p - b) ** 2)
+    assert k2_peer > 1e-6
+    # With the step size at 0 the state stays put: the anchor adds beta x the own-token mean of k2
+    # to the loss, whatever the share of peers' tokens in it.
     optim, grpo = trainer.optim, trainer.grpo
     trainer.optim = dataclasses.replace(optim, learning_rate=0.0)
     try:
         anchored = backend.train_step([own[0], peer, own[1]])
+        alone = backend.train_step([peer])
         trainer.grpo = dataclasses.replace(grpo, kl_beta=0.0)
         unanchored = backend.train_step([own[0], peer, own[1]])
+        alone_unanchored = backend.train_step([peer])
     finally:
         trainer.optim, trainer.grpo = optim, grpo
-    assert np.isclose(anchored.kl, by_hand, rtol=1e-3, atol=1e-7)
-    assert np.isclose(anchored.loss - unanchored.loss, grpo.kl_beta * by_hand, rtol=1e-3, atol=1e-7)
-    alone = backend.train_step([peer])
-    assert alone.kl is None and alone.reference_seconds == 0
+    assert np.isclose(anchored.kl, k3, rtol=1e-3, atol=1e-7)
+    assert np.isclose(anchored.loss - unanchored.loss, grpo.kl_beta * k2_own, rtol=1e-3, atol=1e-7)
+    assert alone.kl is None and alone.reference_seconds > 0
+    assert np.isclose(alone.loss - alone_unanchored.loss, grpo.kl_beta * k2_peer, rtol=1e-3, atol=1e-7)
 
 
 def test_a_peers_reply_pushed_down_weighs_at_most_one_and_nothing_from_another_model(backend):

@@ -2,8 +2,9 @@
 measured in the same run.
 
 Round shape (SAPO paper): 9 questions x 8 completions, 150-token prompts, 256 new tokens (EOS
-ignored, so every sequence runs the full length), random weights in bf16, for the SmolLM2-135M
-and Qwen2.5-0.5B shapes. Per model it prints:
+ignored, so every sequence runs the full length), random weights in the node's precision (fp32 with
+TF32 matmuls: backends/cuda.py says why), for the SmolLM2-135M and Qwen2.5-0.5B shapes, then the
+SmolLM2 shape again in bf16 (what the precision costs, without the HF reference). Per model it prints:
 - our phases: generate (first call, which includes compiling the decode step = warm-up, then the
   median of the steady calls), score (the real verifier on 72 replies), train (one GRPO step with
   LoRA r16, shared prefixes), hand-off, and the steady round total;
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 from ...backends.base import SamplingParams, TrainSample
+from ...backends.cuda import CudaSettings, allow_tensor_cores
 from ...backends.torch_generator import TorchGenerator
 from ...backends.settings import GrpoSettings, LoraSettings, OptimSettings
 from ...backends.torch_lora import TorchLoraTrainer
@@ -107,19 +109,26 @@ def bench_gpu(device: str = "cuda", tiny: bool = False, steady_rounds: int = 3) 
               "(or --device cpu --tiny to check the command itself)")
         return 2
     shape = TINY if tiny else PAPER
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    dtype = CudaSettings.dtype  # the node's, on the GPU and off it
+    if device.startswith("cuda"):
+        allow_tensor_cores()
     name = torch.cuda.get_device_name(0) if device.startswith("cuda") else "CPU"
     bandwidth = copy_bandwidth(device)
     print(f"swarmling bench-gpu: {name}, torch {torch.__version__}, {str(dtype).removeprefix('torch.')}, "
           f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     print(f"round: {shape.questions} questions x {shape.completions} completions, {shape.prompt_tokens}-token prompts, "
           f"{shape.new_tokens} new tokens (EOS ignored), random weights\n")
-    for label, config in model_configs(tiny).items():
-        _bench_model(label, config, shape, device, dtype, bandwidth, steady_rounds)
+    for i, (label, config) in enumerate(model_configs(tiny).items()):
+        round_s = _bench_model(label, config, shape, device, dtype, bandwidth, steady_rounds)
+        if i == 0:  # the default model's shape again in bf16: what the node's precision costs
+            bf16 = _bench_model(f"{label}, bf16 (for comparison)", config, shape, device, torch.bfloat16, bandwidth,
+                                steady_rounds, hf_reference=False)
+            print(f"{label}: the node's precision ({str(dtype).removeprefix('torch.')}) takes {round_s / bf16:.2f}x "
+                  "the bf16 round\n")
     return 0
 
 
-def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_rounds) -> None:
+def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_rounds, hf_reference: bool = True) -> float:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
@@ -153,7 +162,8 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
     handoff_s, _ = _timed(lambda: None, device)  # one copy of the weights: nothing to hand over
     weights = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
     floor = floor_seconds(config, shape, weights, bandwidth, torch.finfo(dtype).bits // 8)
-    hf_first, hf_steady = _hf_generate(trainer, prompts, shape, device, steady_rounds)
+    hf_first, hf_steady = (_hf_generate(trainer, prompts, shape, device, steady_rounds) if hf_reference
+                           else (float("nan"), float("nan")))
     round_s = gen_s + score_s + train_s + handoff_s
 
     print(f"{label}  ({weights / 1e6:.0f} MB of weights; training microbatches of {microbatch:,} tokens)")
@@ -175,6 +185,7 @@ def _bench_model(label, config, shape: Shape, device, dtype, bandwidth, steady_r
         print(f"  {what:<46} {seconds:>8.3f} s  {note}")
     print(f"  sampler/trainer logprob gap {stats.sampler_logprob_gap:.2e} per token, "
           f"{stats.sampler_ratio_outside:.1%} of tokens with ratio outside [0.8, 1.2]\n")
+    return round_s
 
 
 def node_training(device: str, shape: Shape) -> tuple[int, bool]:

@@ -17,10 +17,10 @@ agree, and the training reward's format bonus never enters it.
 is the ceiling RL on this model can be expected to approach (Yue et al., arXiv 2504.13837: RL
 mostly sharpens what the base model can already do).
 
-Held out means no training round draws these items; it cannot mean that no training question
-reads the same: the easiest levels have few distinct questions (2 one-digit terms: 100 sums), so
-some evaluation questions also come up in training. Held-out accuracy therefore measures the
-skill on the preset's easy levels, not recall of items; the harder the level, the fewer repeats.
+Held out means never trained on: every question of these sets (and of an experiment's) is
+reserved by its text, so no round draws it, whatever the seed, and no peer's group on it is
+trained on (learning/reserved.py). The easiest levels hold few distinct questions (2 one-digit
+terms: 100 sums), so there the reserved share is large and training sees fewer kinds of question.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from .evaluation import EvalResult, eval_fields
 from .round_record import RoundRecord, SwarmRoundStats, TrainRecord
 from .group_selection import Selection, select_groups
 from .screening import Screening, screen_peer_text
-from .tasks import EVAL_SEED, Preset, regenerate
+from .reserved import draw_task, unreserved
+from .tasks import Preset
 
 @dataclass(frozen=True)
 class RoundSettings:
@@ -125,14 +126,11 @@ def run_round(
         timings[name] = timings.get(name, 0.0) + now - clock
         clock = now
 
-    # 1. tasks, picked by the node's own curriculum
+    # 1. tasks, picked by the node's own curriculum; never a held-out question (learning/reserved.py)
     phase("tasks")
     rng = draws.stream("tasks")
     picks = curriculum.pick(rng, settings.questions)
-    tasks = [
-        regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
-        for dataset, level in picks
-    ]
+    tasks = [draw_task(preset, dataset, level, rng) for dataset, level in picks]
     form = settings.prompt_format
     prompts = [form.prompt(t.question) for t in tasks]
     lap("tasks")
@@ -175,6 +173,7 @@ def run_round(
     phase("sample")
     if callable(external):
         external = external()
+    external, held_out = unreserved(external)  # a peer's group on a held-out question: never trained on
     selection = select_groups(
         groups, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
         settings.max_groups_per_peer,
@@ -207,7 +206,7 @@ def run_round(
     trained = batch if train_stats else []
     still_waiting = [] if train_stats else _bounded_wait(batch, settings.min_signal_groups)
     # taken by the batch (trained now, or waiting), or screened out
-    used_external = list(selection.external) + (screening.dropped if screening else [])
+    used_external = list(selection.external) + (screening.dropped if screening else []) + held_out
 
     # 8. close: what the caller measures now that the update is applied (the swarm's figures, a
     # held-out score when one is due), for the record
@@ -278,6 +277,7 @@ def run_round(
         eval_best_of_round=closing.best[1] if closing.best else None,
         external_rejected=closing.external_rejected,
         external_screened=len(screening.dropped) if screening else 0,
+        external_held_out=len(held_out),
         external_text_surprise=screening.highest if screening else None,
         timestamp=started,
         wall_seconds=round(time.time() - started, 3),

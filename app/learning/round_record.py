@@ -128,6 +128,8 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     # and the highest mean surprise per token of a reply among those screened.
     external_screened: int = 0
     external_text_surprise: float | None = None
+    # Peers' groups on held-out questions, set aside without blame (learning/reserved.py).
+    external_held_out: int = 0
     timestamp: float = 0.0
     wall_seconds: float = 0.0
     model: str = ""

@@ -26,7 +26,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from statistics import fmean
 
-EXPERIMENT_ITEMS = 40  # held-out items per speciality in an experiment's evaluation
+from ...learning.reserved import RESERVED_AT_LEVEL
+
+EXPERIMENT_ITEMS = 40  # held-out items per speciality in an experiment's evaluation (reserved: never trained on)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,11 @@ class Design:
     first_seed: int = 200  # its seeds by default (--seed-offset): none chose anything (TUNED_SEEDS)
     # further pairs (arm, against), compared by seed like every arm against the baseline
     contrasts: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.eval_items > RESERVED_AT_LEVEL:  # items past these could be trained on
+            raise ValueError(f"design {self.name}: {self.eval_items} held-out items a speciality, "
+                             f"{RESERVED_AT_LEVEL} are reserved from training (learning/reserved.py)")
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -96,7 +103,8 @@ class Design:
 # temperature 1 (24 questions x 8 replies), chain_sum 2.1% at level 0, 1.6% at level 1, 1.0% at
 # level 2. letter_counting's answer is "1" on 65% of its level-0 items: a shortcut (report.py).
 # Seeds that chose the learning defaults (1, 2, 101) or reported them (3-6): an experiment's own start higher.
-TUNED_SEEDS = frozenset({1, 2, 3, 4, 5, 6, 101})
+# 610-619: the k2 anchor's defaults screen (2026-11-28, assets/results/defaults-screen).
+TUNED_SEEDS = frozenset({1, 2, 3, 4, 5, 6, 101, *range(610, 620)})
 
 SPECIALITIES = (("letter_counting", 0), ("basic_arithmetic", 0), ("chain_sum", 0))
 RARE_LEVELS = (("chain_sum", 0),)

@@ -1,0 +1,86 @@
+"""Held out means never trained on: no round draws a held-out question, whatever its seed, and a
+peer's group on one is admitted (the peer did nothing wrong) and set aside. Real reasoning-gym
+tasks; the fake backend where a round runs (pure logic)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from fakes import SETTINGS, FakeBackend
+
+from swarmling.app.learning.curriculum import Curriculum
+from swarmling.app.learning.draws import RoundDraws
+from swarmling.app.learning.evaluation import AT_LEVEL_ITEMS, at_level_tasks, eval_tasks
+from swarmling.app.learning.reserved import RESERVED_AT_LEVEL, draw_task, is_reserved, reserved_questions
+from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
+from swarmling.app.learning.round import run_round
+from swarmling.app.learning.tasks import EVAL_SEED, load_preset, regenerate
+from swarmling.app.swarm.verification.intake import admit_group
+from swarmling.app.swarm.verification.wire import bundle_from_groups
+from swarmling.backends.base import ChatPrompt
+from swarmling.app.commands.experiment.designs import DESIGNS
+from test_intake import PEER, context
+
+PRESET = load_preset("starter")
+
+
+def test_every_held_out_set_is_reserved_the_fixed_the_at_level_and_the_experiments():
+    reserved = reserved_questions("starter")
+    assert all(t.question_hash in reserved for t in eval_tasks("starter"))
+    for dataset, levels in PRESET.levels.items():
+        for level in range(len(levels)):
+            assert all(is_reserved(t) for t in at_level_tasks("starter", dataset, level, AT_LEVEL_ITEMS))
+    for design in DESIGNS.values():
+        assert design.eval_items <= RESERVED_AT_LEVEL
+        for dataset, level in design.specialities:
+            assert all(is_reserved(t) for t in at_level_tasks("starter", dataset, level, design.eval_items))
+
+
+def test_a_long_draw_stream_never_yields_a_reserved_question_where_plain_draws_do():
+    """Level 0 of chain_sum (about 200 distinct questions) and leg_counting (74): a plain draw
+    hits a held-out question often; the round's draw never does, at level 0 or at level 1, which
+    holds level 0's questions too."""
+    for dataset in ("chain_sum", "leg_counting"):
+        rng = np.random.default_rng(7)
+        plain = [regenerate(PRESET.spec(dataset, 0, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
+                 for _ in range(300)]
+        assert sum(map(is_reserved, plain)) > 30  # the test can fail: reserved questions do come up
+        for level in (0, 1):
+            rng = np.random.default_rng(8)
+            drawn = [draw_task(PRESET, dataset, level, rng) for _ in range(1500)]
+            assert not any(map(is_reserved, drawn))
+            assert all(t.spec.seed < EVAL_SEED for t in drawn)
+
+
+def test_the_draw_is_the_same_from_the_same_stream():
+    a = [draw_task(PRESET, "chain_sum", 0, np.random.default_rng([3, 4])).question for _ in range(1)]
+    b = [draw_task(PRESET, "chain_sum", 0, np.random.default_rng([3, 4])).question for _ in range(1)]
+    assert a == b
+
+
+def _reserved_training_spec():
+    """A spec from the training seeds whose question is a held-out one."""
+    rng = np.random.default_rng(11)
+    while True:
+        task = regenerate(PRESET.spec("chain_sum", 0, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
+        if is_reserved(task):
+            return task
+
+
+def test_a_peers_group_on_a_held_out_question_is_admitted_without_blame_and_never_trained_on():
+    task = _reserved_training_spec()
+    answer = str(task.entry["answer"])
+    replies = [ScoredCompletion(f"{answer}</answer>", [1], None, "stop", 1.0, True, 1.0),
+               ScoredCompletion("0</answer>", [1], None, "stop", 0.0, True, 0.0)] * 2
+    sent = QuestionGroup(task, 0, ChatPrompt("s", task.question, "<answer>"), [1], replies)
+    bundle = bundle_from_groups([sent], swarm="t", node_id=PEER, model="smollm2-135m", round_no=1, timestamp=1.0,
+                                prefill="<answer>")
+    admitted = admit_group(bundle.groups[0], PEER, context())
+    assert isinstance(admitted, QuestionGroup) and admitted.strict_signal  # verified: right and wrong replies
+    admitted.received_round = 1
+    settings = dataclasses.replace(SETTINGS, external_groups=2)
+    outcome = run_round(1, FakeBackend(), PRESET, Curriculum(PRESET), settings, RoundDraws(0, 1), external=[admitted])
+    assert admitted not in outcome.trained and admitted not in outcome.waiting
+    assert admitted in outcome.used_external  # it leaves the pool: not offered again
+    assert outcome.record.external_held_out == 1 and outcome.record.external_groups == 0
