@@ -3,6 +3,7 @@
 # resumable chunk of `swarmling experiment` on the CUDA backend, run from the repository's root.
 #
 #   bash packaging/gpu/chunk.sh DESIGN [MINUTES] [EXPERIMENT FLAGS...]     (MINUTES: 7 by default)
+#   bash packaging/gpu/chunk.sh install                                     (the wheels and model only)
 #
 # Uses whatever of .gpu/ (packaging/gpu/pack.sh) the call carried: the wheels, either half of the
 # model (a half carried earlier waits in $SWARMLING_GPU_TMP while the machine stays warm) and
@@ -70,6 +71,9 @@ if [ "$(cat "$tmp/site/.wheels" 2>/dev/null)" != "$wanted" ]; then
        ".gpu/wheels (made by packaging/gpu/pack.sh)" >&2
   exit 2
 fi
+
+# `chunk.sh install`: the wheels and the model only (for screen.sh, or a test run by hand).
+if [ "$design" = install ]; then echo "chunk: installed in $tmp"; exit 0; fi
 
 # 3. The chunk: the grid resumed where it stood.
 export PYTHONPATH="$tmp/src:$tmp/site" PYTHONUNBUFFERED=1
