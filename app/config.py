@@ -49,6 +49,10 @@ class RoundSection(_Section):
     # fewer than J external groups are available (no peers yet), local groups fill the gap.
     local_groups: int | None = Field(default=None, ge=0, le=256)
     external_groups: int = Field(default=4, ge=0, le=256)
+    # How peers' groups join the own ones (learning/group_selection.py): "fill" trains on every own
+    # group with signal and lets peers' groups take the places left, up to J; "mix" is the paper's
+    # fixed I + J, where peers' groups take places the own round had signal for.
+    peer_groups: Literal["fill", "mix"] = "fill"
     # At most this many external groups from any one peer per round.
     max_groups_per_peer: int = Field(default=2, ge=1, le=256)
     # A focus (specialists, experiments): local questions only from these of the preset's datasets

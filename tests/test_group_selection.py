@@ -48,3 +48,20 @@ def test_a_format_only_group_stops_being_trained_on_once_the_bonus_has_faded():
     assert select_groups([late], [], 1, 0, rng).local == []
     right_among_wrong = shaped([1, 0, 0, 0], [1, 1, 0, 1], 0.005)
     assert not right_among_wrong.format_only and select_groups([right_among_wrong], [], 1, 0, rng).local
+
+
+def test_fill_keeps_every_own_group_with_signal_and_peers_take_only_the_places_left():
+    """Late in a run most own groups have signal: the paper's mix gives J of them away to peers'
+    groups, fill keeps them all and lets peers' groups take the places without signal, up to J."""
+    rng = np.random.default_rng(3)
+    peers = [group([1, 0], p) for p in "ABCDEF"]
+    late = [group([0, 1]) for _ in range(7)] + [group([1, 1])]  # 7 of 8 own groups with signal
+    mix = select_groups(late, peers, 4, 4, rng, max_per_peer=2)
+    assert (len(mix.local), len(mix.external)) == (4, 4)
+    fill = select_groups(late, peers, 4, 4, rng, max_per_peer=2, fill=True)
+    assert (len(fill.local), len(fill.external)) == (7, 1)
+    early = [group([0, 1]) for _ in range(2)] + [group([0, 0]) for _ in range(6)]  # 2 of 8
+    assert [len(s) for s in (select_groups(early, peers, 4, 4, rng, 2, fill=True).local,
+                             select_groups(early, peers, 4, 4, rng, 2, fill=True).external)] == [2, 4]
+    alone = select_groups(late, [], 4, 4, rng, fill=True)
+    assert (len(alone.local), len(alone.external)) == (7, 0)

@@ -1,6 +1,6 @@
 """One SAPO round: sample tasks → generate G completions each → score → build the training set
-(I local + J external groups, zero-advantage groups dropped) → one GRPO update once enough groups
-with right and wrong replies have accumulated → hand-off.
+(own groups with signal, peers' in the places left; zero-advantage groups dropped) → one GRPO
+update once enough groups with right and wrong replies have accumulated → hand-off.
 
 The round owns no state of its own: the curriculum, the RNG and the groups waiting for a step are
 passed in and only committed after the round succeeded, so an abandoned round changes nothing.
@@ -42,6 +42,7 @@ class RoundSettings:
     prefill_answer: bool
     format_bonus: float
     max_groups_per_peer: int | None = None
+    fill: bool = True  # peers' groups fill the places own groups left without signal (round.peer_groups)
     # Step once this many groups with a strict signal have accumulated (0: any round with a signal).
     min_signal_groups: int = 0
     # Reasoning mode only: a peer's reply that surprises our policy by more than this, in nats per
@@ -66,6 +67,7 @@ class RoundSettings:
             prefill_answer=config.reward.prefill_answer,
             format_bonus=config.reward.format_bonus,
             max_groups_per_peer=config.round.max_groups_per_peer,
+            fill=config.round.peer_groups == "fill",
             min_signal_groups=config.train.min_signal_groups,
             external_text_margin=config.train.external_text_margin,
         )
@@ -168,15 +170,16 @@ def run_round(
         share(groups)
         lap("share")
 
-    # 5. build the training set: I local + J external groups with signal, sampled uniformly.
-    # Peers' groups are taken only now, so bundles fetched while we generated are already in.
+    # 5. build the training set: every own group with signal, and peers' groups in the places left,
+    # up to J (or the paper's fixed I local + J external: learning/group_selection.py). Peers'
+    # groups are taken only now, so bundles fetched while we generated are already in.
     phase("sample")
     if callable(external):
         external = external()
     external, held_out = unreserved(external)  # a peer's group on a held-out question: never trained on
     selection = select_groups(
         groups, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
-        settings.max_groups_per_peer,
+        settings.max_groups_per_peer, settings.fill,
     )
     # Peers' free text (reasoning mode) screened by our own policy: the verifier checks only the
     # answer. Dropped groups leave the pool like used ones; their slots stay empty this round.

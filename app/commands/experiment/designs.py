@@ -37,6 +37,7 @@ class Arm:
     local: int  # I and J in the paper's units of 8 (scaled to the round's Q)
     external: int
     uniform: bool = False  # local questions from every speciality (not the node's own alone)
+    peer_groups: str = "fill"  # round.peer_groups: "fill", or the paper's fixed "mix"
 
     def scaled(self, questions: int) -> tuple[int, int]:
         external = round(questions * self.external / (self.local + self.external))
@@ -110,16 +111,19 @@ SPECIALITIES = (("letter_counting", 0), ("basic_arithmetic", 0), ("chain_sum", 0
 RARE_LEVELS = (("chain_sum", 0),)
 
 DESIGNS = {
+    # specialists and rare-success ran (assets/results/) with the paper's fixed mix, and keep it.
     "specialists": Design(
         "specialists", nodes=3, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=SPECIALITIES,
-        arms=(Arm("alone", 8, 0), Arm("sharing", 4, 4), Arm("alone-uniform", 8, 0, uniform=True)),
+        arms=(Arm("alone", 8, 0, peer_groups="mix"), Arm("sharing", 4, 4, peer_groups="mix"),
+              Arm("alone-uniform", 8, 0, uniform=True, peer_groups="mix")),
         specialists=True, metric="held-out accuracy outside the node's speciality", first_seed=300,
         # what sharing adds beyond mere diversity: the reason the uniform arm exists
         contrasts=(("sharing", "alone-uniform"),)),
     "rare-success": Design(
         "rare-success", nodes=3, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=RARE_LEVELS,
-        arms=(Arm("alone", 8, 0), Arm("sharing", 4, 4)), first_seed=200),
+        arms=(Arm("alone", 8, 0, peer_groups="mix"), Arm("sharing", 4, 4, peer_groups="mix")), first_seed=200),
     "paper": Design(
         "paper", nodes=4, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=SPECIALITIES,
-        arms=(Arm("alone", 8, 0), Arm("6/2", 6, 2), Arm("4/4", 4, 4), Arm("2/6", 2, 6)), first_seed=400),
+        arms=tuple(Arm(name, i, j, peer_groups="mix") for name, i, j in
+                   (("alone", 8, 0), ("6/2", 6, 2), ("4/4", 4, 4), ("2/6", 2, 6))), first_seed=400),
 }
