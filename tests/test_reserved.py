@@ -12,10 +12,10 @@ from fakes import SETTINGS, FakeBackend
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.draws import RoundDraws
 from swarmling.app.learning.evaluation import AT_LEVEL_ITEMS, at_level_tasks, eval_tasks
-from swarmling.app.learning.reserved import RESERVED_AT_LEVEL, draw_task, is_reserved, reserved_questions
+from swarmling.app.learning.reserved import RESERVED_AT_LEVEL, draw_task, is_reserved, reserved_questions, unreserved
 from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
 from swarmling.app.learning.round import run_round
-from swarmling.app.learning.tasks import EVAL_SEED, load_preset, regenerate
+from swarmling.app.learning.tasks import EVAL_SEED, Task, TaskSpec, load_preset, regenerate
 from swarmling.app.swarm.verification.intake import admit_group
 from swarmling.app.swarm.verification.wire import bundle_from_groups
 from swarmling.backends.base import ChatPrompt
@@ -30,11 +30,11 @@ def test_every_held_out_set_is_reserved_the_fixed_the_at_level_and_the_experimen
     assert all(t.question_hash in reserved for t in eval_tasks("starter"))
     for dataset, levels in PRESET.levels.items():
         for level in range(len(levels)):
-            assert all(is_reserved(t) for t in at_level_tasks("starter", dataset, level, AT_LEVEL_ITEMS))
+            assert all(is_reserved(t, "starter") for t in at_level_tasks("starter", dataset, level, AT_LEVEL_ITEMS))
     for design in DESIGNS.values():
         assert design.eval_items <= RESERVED_AT_LEVEL
         for dataset, level in design.specialities:
-            assert all(is_reserved(t) for t in at_level_tasks("starter", dataset, level, design.eval_items))
+            assert all(is_reserved(t, "starter") for t in at_level_tasks("starter", dataset, level, design.eval_items))
 
 
 def test_a_long_draw_stream_never_yields_a_reserved_question_where_plain_draws_do():
@@ -45,18 +45,26 @@ def test_a_long_draw_stream_never_yields_a_reserved_question_where_plain_draws_d
         rng = np.random.default_rng(7)
         plain = [regenerate(PRESET.spec(dataset, 0, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
                  for _ in range(300)]
-        assert sum(map(is_reserved, plain)) > 30  # the test can fail: reserved questions do come up
+        assert sum(is_reserved(t, "starter") for t in plain) > 30  # the test can fail: reserved questions do come up
         for level in (0, 1):
             rng = np.random.default_rng(8)
             drawn = [draw_task(PRESET, dataset, level, rng) for _ in range(1500)]
-            assert not any(map(is_reserved, drawn))
+            assert not any(is_reserved(t, "starter") for t in drawn)
             assert all(t.spec.seed < EVAL_SEED for t in drawn)
 
 
 def test_the_draw_is_the_same_from_the_same_stream():
-    a = [draw_task(PRESET, "chain_sum", 0, np.random.default_rng([3, 4])).question for _ in range(1)]
-    b = [draw_task(PRESET, "chain_sum", 0, np.random.default_rng([3, 4])).question for _ in range(1)]
-    assert a == b
+    """A resumed node, or the other arm of an experiment's pair, draws the same questions."""
+    def draws(rng):
+        return [draw_task(PRESET, "chain_sum", 0, rng).question for _ in range(50)]
+    assert draws(np.random.default_rng([3, 4])) == draws(np.random.default_rng([3, 4]))
+
+
+def test_what_is_held_out_is_this_nodes_presets_question_whatever_preset_a_peer_names():
+    held_out = eval_tasks("starter")[0]
+    other = Task(TaskSpec("sapo9", held_out.spec.dataset, "{}", 1, 1), held_out.question, held_out.entry)
+    group = QuestionGroup(other, 0, ChatPrompt("s", other.question), [1], [], "peerA")
+    assert unreserved([group], "starter") == ([], [group])
 
 
 def _reserved_training_spec():
@@ -64,7 +72,7 @@ def _reserved_training_spec():
     rng = np.random.default_rng(11)
     while True:
         task = regenerate(PRESET.spec("chain_sum", 0, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
-        if is_reserved(task):
+        if is_reserved(task, "starter"):
             return task
 
 

@@ -46,8 +46,10 @@ def reserved_questions(preset_name: str) -> frozenset[str]:
     return frozenset(t.question_hash for t in tasks)
 
 
-def is_reserved(task: Task) -> bool:
-    return task.question_hash in reserved_questions(task.spec.preset)
+def is_reserved(task: Task, preset_name: str) -> bool:
+    """Whether `task` reads as a held-out question of `preset_name` (this node's preset, whatever
+    preset a peer's task came from: the same question may be in both)."""
+    return task.question_hash in reserved_questions(preset_name)
 
 
 def draw_task(preset: Preset, dataset: str, level: int, rng: np.random.Generator) -> Task:
@@ -56,14 +58,14 @@ def draw_task(preset: Preset, dataset: str, level: int, rng: np.random.Generator
     experiment's pair, draws the same questions)."""
     for _ in range(MAX_REDRAWS):
         task = regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
-        if not is_reserved(task):
+        if not is_reserved(task, preset.name):
             return task
     raise TaskError(f"{dataset} at level {level} of preset {preset.name}: {MAX_REDRAWS} draws in a row were held-out "
                     "questions; the level has too few questions to train on beside its held-out sets")
 
 
-def unreserved(groups: Sequence[QuestionGroup]) -> tuple[list[QuestionGroup], list[QuestionGroup]]:
-    """(groups a round may train on, groups on reserved questions): a peer's group on a held-out
-    question is set aside, without blame."""
-    kept = [g for g in groups if not is_reserved(g.task)]
-    return kept, [g for g in groups if is_reserved(g.task)]
+def unreserved(groups: Sequence[QuestionGroup], preset_name: str) -> tuple[list[QuestionGroup], list[QuestionGroup]]:
+    """(groups a round may train on, groups on questions held out by this node's preset): a peer's
+    group on a held-out question is set aside, without blame."""
+    reserved = [is_reserved(g.task, preset_name) for g in groups]
+    return [g for g, r in zip(groups, reserved) if not r], [g for g, r in zip(groups, reserved) if r]

@@ -176,7 +176,7 @@ def run_round(
     phase("sample")
     if callable(external):
         external = external()
-    external, held_out = unreserved(external)  # a peer's group on a held-out question: never trained on
+    external, held_out = unreserved(external, preset.name)  # a peer's group on a held-out question: never trained on
     selection = select_groups(
         groups, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
         settings.max_groups_per_peer, settings.fill,
