@@ -77,3 +77,13 @@ def test_the_eval_command_scores_the_base_model(tmp_path):
     result = json.loads(out.stdout)
     assert result["weights"].startswith("base model") and 0 <= result["accuracy"] <= 1
     assert set(result["per_dataset"]) == set(load_preset("starter").datasets)
+
+
+def test_a_levels_question_space_and_what_one_fixed_answer_scores_on_the_fixed_set():
+    from swarmling.app.learning.evaluation import fixed_set_levels, fixed_set_shortcuts, question_space
+
+    assert question_space("starter", "leg_counting", 0) < 100 < 1000 < question_space("starter", "chain_sum", 1)
+    assert fixed_set_levels("starter")["calendar_arithmetic"] == (0, 1)
+    shortcuts = fixed_set_shortcuts("starter")
+    assert set(shortcuts) == set(load_preset("starter").datasets)
+    assert shortcuts["letter_counting"].answer == "1" and shortcuts["letter_counting"].accuracy > 0.3

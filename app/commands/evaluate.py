@@ -11,7 +11,8 @@ from ..config import Config
 from ..errors import NodeError
 from ..hardware import detect
 from ..learning.curriculum import Curriculum
-from ..learning.evaluation import evaluate, pass_at_k
+from ..learning.evaluation import (SPACE_DRAWS, evaluate, fixed_set_levels, fixed_set_shortcuts, pass_at_k,
+                                   question_space)
 from ..learning.tasks import load_preset
 from ..models import resolve_model
 from ..node.backend_slot import BackendSlot, backend_spec, model_scale
@@ -68,9 +69,13 @@ def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bo
               f"{result.standard_error:.1%} ({result.items} items, {result.tag_rate:.0%} of replies closed the tag, "
               f"{result.seconds:.1f} s)")
         at = result.at_level
+        shortcuts, levels_of = fixed_set_shortcuts(preset.name), fixed_set_levels(preset.name)
+        print(f"  {'dataset':<24} {'score':>6}   one fixed answer   levels: distinct questions in {SPACE_DRAWS:,} draws")
         for dataset, accuracy in result.per_dataset.items():
+            fixed = shortcuts[dataset]
+            spaces = ", ".join(f"{level}: {question_space(preset.name, dataset, level):,}" for level in levels_of[dataset])
             trained = f"   at its level {result.levels[dataset]}: {at.per_dataset[dataset]:6.1%}" if at else ""
-            print(f"  {dataset:<24} {accuracy:6.1%}{trained}")
+            print(f"  {dataset:<24} {accuracy:6.1%}   {fixed.accuracy:6.1%} ({fixed.answer[:8]!r:<10}) {spaces}{trained}")
         if at is not None:
             print(f"  at the levels it trains on: {at.accuracy:.1%} ({at.items} items)")
     return 0

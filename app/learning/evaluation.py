@@ -124,6 +124,34 @@ def fixed_answer_score(tasks: Sequence[Task]) -> FixedAnswer:
     return FixedAnswer(answer, fmean(strict_score(t, answer) for t in tasks))
 
 
+SPACE_DRAWS = 3000  # draws that size a level's question space (a level with >= 1,000 distinct is large)
+
+
+@lru_cache(maxsize=64)
+def question_space(preset_name: str, dataset: str, level: int, draws: int = SPACE_DRAWS) -> int:
+    """Distinct questions among `draws` training draws of a level: how much of the level a node can
+    see, and how large a share of it the held-out sets take (learning/reserved.py)."""
+    import numpy as np
+
+    preset, rng = load_preset(preset_name), np.random.default_rng(draws)
+    return len({regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000)))).question
+                for _ in range(draws)})
+
+
+def fixed_set_shortcuts(preset_name: str) -> dict[str, FixedAnswer]:
+    """Per dataset, what one fixed answer given to all of its fixed-set items scores."""
+    by_dataset: dict[str, list[Task]] = {}
+    for task in eval_tasks(preset_name):
+        by_dataset.setdefault(task.spec.dataset, []).append(task)
+    return {d: fixed_answer_score(tasks) for d, tasks in by_dataset.items()}
+
+
+def fixed_set_levels(preset_name: str) -> dict[str, tuple[int, ...]]:
+    """The levels each dataset's fixed-set items come from."""
+    preset = load_preset(preset_name)
+    return {d: tuple(range(min(EVAL_LEVELS, len(levels)))) for d, levels in preset.levels.items()}
+
+
 def near_greedy(max_new_tokens: int) -> SamplingParams:
     """The evaluation's decoding (also `ask`'s and an export's suggested settings)."""
     return SamplingParams(max_new_tokens=max_new_tokens, temperature=EVAL_TEMPERATURE, stop=STOP, seed=EVAL_SAMPLING_SEED)

@@ -34,8 +34,9 @@ def best_folder(checkpoints: Path) -> Path:
     return checkpoints / BEST_FOLDER
 
 
-def read_best(checkpoints: Path) -> Best | None:
-    """The best checkpoint's score and round; None when there is none (or it is damaged)."""
+def read_best(checkpoints: Path, preset: str | None = None) -> Best | None:
+    """The best checkpoint's score and round; None when there is none (or it is damaged), and,
+    given `preset`, when it was measured on another preset's held-out set (not comparable)."""
     folder = best_folder(checkpoints)
     if not folder.is_dir():
         return None
@@ -46,13 +47,15 @@ def read_best(checkpoints: Path) -> Best | None:
         return None
     if record.get("eval_accuracy") is None or record.get("eval_of_round") != record.get("round"):
         return None
+    if preset is not None and record.get("preset") not in (None, "", preset):
+        return None
     return Best(float(record["eval_accuracy"]), int(record["round"]))
 
 
 class BestKeeper:
-    def __init__(self, checkpoints: Path) -> None:
+    def __init__(self, checkpoints: Path, preset: str | None = None) -> None:
         self.checkpoints = checkpoints
-        self.best = read_best(checkpoints)
+        self.best = read_best(checkpoints, preset)  # one kept on another preset is replaced by the next
 
     def improves(self, accuracy: float, weights_round: int) -> bool:
         """Whether the weights of `weights_round` (trained weights, not the base model's) beat the best."""

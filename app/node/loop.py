@@ -152,7 +152,7 @@ class Node(NodeControls):
         self.round = start.round
         reconcile(self.paths.metrics_file, self.round, start.saved_record)
         self.held_out.resumed_at(self.round, start.saved_record)
-        self.best = BestKeeper(self.paths.checkpoints)
+        self.best = BestKeeper(self.paths.checkpoints, self.preset.name)
         self.swarm = self._connect(cfg, self.paths, self.model.name, self.emit)
         info = backend.info()
         self.emit(NodeStarted(

@@ -61,6 +61,7 @@ class Design:
     first_seed: int = 200  # its seeds by default (--seed-offset): none chose anything (TUNED_SEEDS)
     # further pairs (arm, against), compared by seed like every arm against the baseline
     contrasts: tuple[tuple[str, str], ...] = ()
+    preset: str = "starter"  # the preset its specialities are levels of, whatever a node's default is
 
     def __post_init__(self) -> None:
         if self.eval_items > RESERVED_AT_LEVEL:  # items past these could be trained on
