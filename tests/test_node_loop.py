@@ -118,7 +118,8 @@ def test_peers_bundles_are_verified_at_intake_with_the_swarm_off(tmp_path):
     data = encode_bundle(bundle_from_groups(theirs.groups, swarm="test", node_id=PEER, model="smollm2-135m",
                                             round_no=1, timestamp=1.0, prefill="<answer>"))
     events = []
-    node, _ = make_node(tmp_path, events)
+    # the paper's mix: with fill, this node's own groups (all with signal here) would leave no place
+    node, _ = make_node(tmp_path, events, **{"round.peer_groups": "mix"})
     try:
         node.start()
         assert node.swarm.inbox.offer(PEER, data)

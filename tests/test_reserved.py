@@ -92,3 +92,15 @@ def test_a_peers_group_on_a_held_out_question_is_admitted_without_blame_and_neve
     assert admitted not in outcome.trained and admitted not in outcome.waiting
     assert admitted in outcome.used_external  # it leaves the pool: not offered again
     assert outcome.record.external_held_out == 1 and outcome.record.external_groups == 0
+
+
+def test_a_peers_group_of_another_preset_is_set_aside_without_blame():
+    """An older release's node on "starter" and a node on another preset share one swarm: each
+    verifies the other's groups, trains on neither, and counts them."""
+    task = regenerate(load_preset("sapo9").spec("basic_arithmetic", 0, 5, 5))
+    replies = [ScoredCompletion("1</answer>", [1], None, "stop", float(i % 2), True, float(i % 2)) for i in range(4)]
+    theirs = QuestionGroup(task, 0, ChatPrompt("s", task.question, "<answer>"), [1], replies, "peerA", received_round=1)
+    settings = dataclasses.replace(SETTINGS, external_groups=2)
+    outcome = run_round(1, FakeBackend(), PRESET, Curriculum(PRESET), settings, RoundDraws(0, 1), external=[theirs])
+    assert theirs not in outcome.trained and theirs in outcome.used_external
+    assert outcome.record.external_other_preset == 1 and outcome.record.external_available == 1

@@ -17,8 +17,9 @@ from swarmling.app.learning.round import run_round
 from swarmling.app.learning.screening import screen_peer_text
 from swarmling.app.learning.tasks import TaskSpec, load_preset, regenerate
 
+# The paper's fixed mix, so that peers' groups take their two places whatever the own round's signal.
 REASONING = dataclasses.replace(SETTINGS, prefill_answer=False, external_text_margin=1.0, local_groups=1,
-                                external_groups=2)
+                                external_groups=2, fill=False)
 BACKEND = FakeBackend()
 
 

@@ -69,3 +69,12 @@ def unreserved(groups: Sequence[QuestionGroup], preset_name: str) -> tuple[list[
     group on a held-out question is set aside, without blame."""
     reserved = [is_reserved(g.task, preset_name) for g in groups]
     return [g for g, r in zip(groups, reserved) if not r], [g for g, r in zip(groups, reserved) if r]
+
+
+def of_preset(groups: Sequence[QuestionGroup], preset_name: str) -> tuple[list[QuestionGroup], list[QuestionGroup]]:
+    """(groups of this node's preset, groups of another): a swarm carries every preset's groups
+    (verified as any other: the peer did nothing wrong), but a node trains on the tasks its own
+    preset names. Another preset's are no practice for them, and an older one's may pay a
+    shortcut ("starter": letter_counting's "1"), so they are set aside."""
+    return ([g for g in groups if g.task.spec.preset == preset_name],
+            [g for g in groups if g.task.spec.preset != preset_name])

@@ -28,7 +28,7 @@ from .evaluation import EvalResult, eval_fields
 from .round_record import RoundRecord, SwarmRoundStats, TrainRecord
 from .group_selection import Selection, select_groups
 from .screening import Screening, screen_peer_text
-from .reserved import draw_task, unreserved
+from .reserved import draw_task, of_preset, unreserved
 from .tasks import Preset
 
 @dataclass(frozen=True)
@@ -176,6 +176,8 @@ def run_round(
     phase("sample")
     if callable(external):
         external = external()
+    offered = list(external)
+    external, other_preset = of_preset(external, preset.name)  # another preset's tasks: not this node's to learn
     external, held_out = unreserved(external, preset.name)  # a peer's group on a held-out question: never trained on
     selection = select_groups(
         groups, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
@@ -209,7 +211,7 @@ def run_round(
     trained = batch if train_stats else []
     still_waiting = [] if train_stats else _bounded_wait(batch, settings.min_signal_groups)
     # taken by the batch (trained now, or waiting), or screened out
-    used_external = list(selection.external) + (screening.dropped if screening else []) + held_out
+    used_external = list(selection.external) + (screening.dropped if screening else []) + held_out + other_preset
 
     # 8. close: what the caller measures now that the update is applied (the swarm's figures, a
     # held-out score when one is due), for the record
@@ -239,10 +241,10 @@ def run_round(
         signal_share=fmean(g.has_signal for g in groups),
         local_groups=len(selection.local),
         external_groups=len(selection.external),
-        external_available=len(external),
+        external_available=len(offered),
         # Peers' groups as this node's own verifier scored them: the swarm-wide comparison the
         # viewers show, without trusting anything a peer claims about itself.
-        external_reward_mean=fmean(c.strict for g in external for c in g.completions) if external else None,
+        external_reward_mean=fmean(c.strict for g in offered for c in g.completions) if offered else None,
         trained_samples=len(samples) if train_stats else 0,
         generated_tokens=gen.generated_tokens,
         prefill_tokens=gen.prefill_tokens,
@@ -281,6 +283,7 @@ def run_round(
         external_rejected=closing.external_rejected,
         external_screened=len(screening.dropped) if screening else 0,
         external_held_out=len(held_out),
+        external_other_preset=len(other_preset),
         external_text_surprise=screening.highest if screening else None,
         timestamp=started,
         wall_seconds=round(time.time() - started, 3),

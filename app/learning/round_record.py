@@ -130,6 +130,8 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     external_text_surprise: float | None = None
     # Peers' groups on held-out questions, set aside without blame (learning/reserved.py).
     external_held_out: int = 0
+    # Peers' groups of another preset than this node's, set aside without blame (learning/reserved.py).
+    external_other_preset: int = 0
     timestamp: float = 0.0
     wall_seconds: float = 0.0
     model: str = ""
