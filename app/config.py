@@ -40,7 +40,9 @@ class BackendSection(_Section):
 
 
 class RoundSection(_Section):
-    preset: str = "starter"
+    # The tasks (assets/presets/): starter-2 pays no constant answer; "starter", its predecessor, is
+    # kept so that nodes of older releases stay verifiable (and for the experiments that ran on it).
+    preset: str = "starter-2"
     questions: int | None = Field(default=None, ge=1, le=256)  # Q: questions sampled per round
     completions: int | None = Field(default=None, ge=2, le=64)  # G: completions per question
     max_new_tokens: int | None = Field(default=None, ge=4, le=8192)

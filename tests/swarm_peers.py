@@ -30,6 +30,7 @@ from swarmling.app.swarm.verification.wire import (
     encode_announcement,
     encode_bundle,
 )
+from swarmling.app.config import Config
 from swarmling.app.learning.tasks import load_preset, regenerate
 
 SWARM = "test"
@@ -160,7 +161,7 @@ class Hostile(SwarmHost):
 
 
 def real_groups(n: int = 2, completions=("<answer>4</answer>", "<answer>5</answer>")) -> list[WireGroup]:
-    preset = load_preset("starter")
+    preset = load_preset(Config().round.preset)  # what a node of this release trains on
     groups = []
     for i in range(n):
         spec = preset.spec(preset.datasets[0], 0, 7, i)

@@ -47,7 +47,7 @@ def test_the_best_evaluation_keeps_its_checkpoint_and_every_record_says_which(tm
     assert [(r["eval_best_accuracy"], r["eval_best_of_round"]) for r in recs[1:]] == [(0.30, 2)] * 5
     assert status["best"] == {"accuracy": 0.30, "round": 2}
     # measured on another preset's held-out set, it is no best of this one's: the next evaluation replaces it
-    assert read_best(tmp_path / "state" / "checkpoints", "starter").accuracy == 0.30
+    assert read_best(tmp_path / "state" / "checkpoints", "starter-2").accuracy == 0.30
     assert read_best(tmp_path / "state" / "checkpoints", "sapo9") is None
 
 

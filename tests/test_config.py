@@ -17,7 +17,7 @@ def write(tmp_path, text):
 def test_defaults_without_file(tmp_path):
     cfg = load_config(tmp_path / "missing.toml", environ={})
     assert cfg.model.name == "smollm2-135m"
-    assert cfg.round.preset == "starter"
+    assert cfg.round.preset == "starter-2"
     assert cfg.round.questions is None  # filled per hardware
 
 

@@ -76,7 +76,7 @@ def test_the_eval_command_scores_the_base_model(tmp_path):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["weights"].startswith("base model") and 0 <= result["accuracy"] <= 1
-    assert set(result["per_dataset"]) == set(load_preset("starter").datasets)
+    assert set(result["per_dataset"]) == set(load_preset("starter-2").datasets)  # the default preset
 
 
 def test_a_levels_question_space_and_what_one_fixed_answer_scores_on_the_fixed_set():

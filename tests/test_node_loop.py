@@ -113,7 +113,7 @@ def test_a_long_suspension_releases_the_backend_and_resuming_rebuilds_it(tmp_pat
 
 
 def test_peers_bundles_are_verified_at_intake_with_the_swarm_off(tmp_path):
-    preset = load_preset("starter")
+    preset = load_preset("starter-2")  # the node's default preset
     theirs = run_round(1, FakeBackend(), preset, Curriculum(preset), SETTINGS, RoundDraws(1, 1))
     data = encode_bundle(bundle_from_groups(theirs.groups, swarm="test", node_id=PEER, model="smollm2-135m",
                                             round_no=1, timestamp=1.0, prefill="<answer>"))

@@ -104,3 +104,25 @@ def test_a_peers_group_of_another_preset_is_set_aside_without_blame():
     outcome = run_round(1, FakeBackend(), PRESET, Curriculum(PRESET), settings, RoundDraws(0, 1), external=[theirs])
     assert theirs not in outcome.trained and theirs in outcome.used_external
     assert outcome.record.external_other_preset == 1 and outcome.record.external_available == 1
+
+
+def test_a_swarm_of_two_releases_blames_no_one_for_the_preset_that_changed(monkeypatch):
+    """A node of today's release (starter-2) admits an older node's starter group as verified and sets
+    it aside; the older node, which does not know starter-2, refuses today's groups without blame."""
+    from swarmling.app.swarm.verification import intake
+
+    old = run_round(1, FakeBackend(), PRESET, Curriculum(PRESET), SETTINGS, RoundDraws(0, 1)).groups[0]
+    wire = bundle_from_groups([old], swarm="t", node_id=PEER, model="smollm2-135m", round_no=1, timestamp=1.0,
+                              prefill="<answer>").groups[0]
+    admitted = admit_group(wire, PEER, context())
+    assert isinstance(admitted, QuestionGroup)
+    admitted.received_round = 1
+    new = load_preset("starter-2")
+    outcome = run_round(1, FakeBackend(), new, Curriculum(new), dataclasses.replace(SETTINGS, external_groups=2),
+                        RoundDraws(0, 1), external=[admitted])
+    assert outcome.record.external_other_preset == 1 and admitted not in outcome.trained
+    ours = bundle_from_groups(outcome.groups[:1], swarm="t", node_id=PEER, model="smollm2-135m", round_no=1,
+                              timestamp=1.0, prefill="<answer>").groups[0]
+    monkeypatch.setattr(intake, "preset_names", lambda: ["sapo9", "starter"])  # the older release's presets
+    refused = admit_group(ours, PEER, context())
+    assert not isinstance(refused, QuestionGroup) and refused.blame is False

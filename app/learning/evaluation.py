@@ -239,7 +239,8 @@ def _score(form: PromptFormat, tasks: Sequence[Task], replies: Sequence[Completi
         right.setdefault(task.spec.dataset, []).append(form.score(task, reply.text, 0.0).strict)
         tagged += CLOSE in reply.text
     return EvalResult(
-        accuracy=fmean(s for scores in right.values() for s in scores),
+        # the headline: the mean over datasets (each dataset counts the same, whatever its items)
+        accuracy=fmean(fmean(scores) for scores in right.values()),
         per_dataset={d: fmean(scores) for d, scores in sorted(right.items())},
         tag_rate=tagged / len(tasks),
         items=len(tasks),
