@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_overrides(p: argparse.ArgumentParser, threads_default: str = "all cores but one") -> None:
     p.add_argument("--model", help="shipped model name, path to a .gguf file, or (CUDA) a Hugging Face folder / cached id")
-    p.add_argument("--preset", help="task preset (starter, sapo9)")
+    p.add_argument("--preset", help="task preset (starter-2, the default; starter; sapo9)")
     p.add_argument("--threads", type=_positive, help=f"CPU threads (default: {threads_default})")
     p.add_argument("--max-memory", type=float, metavar="GB", help="memory ceiling in GB (resources.max_memory_gb)")
     p.add_argument("--peer", dest="peers", action="append", default=[], metavar="MULTIADDR",

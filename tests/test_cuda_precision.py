@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from swarmling.app.learning.prompt import SYSTEM_PROMPT
 from swarmling.backends.base import ChatPrompt, TrainSample
 from swarmling.backends.cuda import CudaBackend, CudaSettings
 from swarmling.backends.hf_from_gguf import converted_folder
@@ -22,14 +21,15 @@ REPLIES = [("What is 5 + 3?", "8</answer>", 1.0), ("What is 5 + 3?", "9</answer>
            ("How many legs does a spider have?", "6</answer>", -1.0)]
 pytestmark = pytest.mark.slow  # the real model, twice
 
-AGREES = 0.25  # |delta - delta_fp32| / |delta_fp32| over the tokens: what "moves as it moves" allows
+AGREES = 0.25
+SHORT_SYSTEM = "Reply inside <answer></answer>."  # short prompts: bf16 is slow on a CPU without bf16 instructions  # |delta - delta_fp32| / |delta_fp32| over the tokens: what "moves as it moves" allows
 
 
 def _moved(folder, device: str, dtype: torch.dtype) -> torch.Tensor:
     """Each reply token's log-prob change after two small steps (the first steps of a fresh adapter)."""
     backend = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device=device, seed=3, dtype=dtype,
                                        **trainer_settings()))
-    samples = [TrainSample(backend.encode_prompt(ChatPrompt(SYSTEM_PROMPT, q, "<answer>")), backend.tokenize(r), adv)
+    samples = [TrainSample(backend.encode_prompt(ChatPrompt(SHORT_SYSTEM, q, "<answer>")), backend.tokenize(r), adv)
                for q, r, adv in REPLIES]
     before = backend.trainer.token_logprobs(samples)
     for _ in range(2):

@@ -11,6 +11,7 @@ from swarmling.app.learning.round import RoundSettings, run_round
 from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, admit_group
 from swarmling.app.swarm.verification.pool import GroupPool, group_key
 from swarmling.app.swarm.verification.wire import bundle_from_groups, decode_bundle, encode_bundle
+from swarmling.app.config import Config
 from swarmling.app.learning.tasks import load_preset
 
 PEER_A = "12D3KooWNodeA"
@@ -93,7 +94,7 @@ def test_node_takes_peer_bundles_through_its_inbox(backend_factory, tmp_path):
     from swarmling.app.node.loop import Node
     from swarmling.app.paths import resolve_paths
 
-    preset = load_preset("starter")
+    preset = load_preset(Config().round.preset)  # node B's: another preset's groups are set aside
     node_a = backend_factory(tmp_path / "a")
     outcome_a = run_round(1, node_a, preset, Curriculum(preset), settings(0), RoundDraws(3, 1))
     data = encode_bundle(bundle_from_groups(outcome_a.groups, swarm="test", node_id=PEER_A, model="smollm2-135m",
