@@ -75,7 +75,8 @@ def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bo
             fixed = shortcuts[dataset]
             spaces = ", ".join(f"{level}: {question_space(preset.name, dataset, level):,}" for level in levels_of[dataset])
             trained = f"   at its level {result.levels[dataset]}: {at.per_dataset[dataset]:6.1%}" if at else ""
-            print(f"  {dataset:<24} {accuracy:6.1%}   {fixed.accuracy:6.1%} ({fixed.answer[:8]!r:<10}) {spaces}{trained}")
+            answer = repr(fixed.answer[:8])
+            print(f"  {dataset:<24} {accuracy:6.1%}   {fixed.accuracy:6.1%} {answer:<10} {spaces}{trained}")
         if at is not None:
             print(f"  at the levels it trains on: {at.accuracy:.1%} ({at.items} items)")
     return 0
