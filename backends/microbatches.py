@@ -34,13 +34,12 @@ def own_tokens(samples: Sequence[TrainSample]) -> int:
     return sum(len(s.completion_ids) for s in samples if not s.from_peer)
 
 
-def anchored_replies(samples: Sequence[TrainSample]) -> list[bool]:
-    """Which replies the anchor acts on: this node's own, or, in a batch with none of them (peers'
-    groups alone), every reply, so that no step runs without an anchor (torch_grpo.py says why
-    k2 is safe on peers' text)."""
-    if own_tokens(samples):
-        return [not s.from_peer for s in samples]
-    return [True] * len(samples)
+def anchored_replies(samples: Sequence[TrainSample]) -> tuple[list[bool], int]:
+    """Which replies the anchor acts on, and their completion tokens: this node's own, or, in a
+    batch with none of them (peers' groups alone), every reply, so that no step runs without an
+    anchor (torch_grpo.py says why k2 is safe on peers' text)."""
+    mask = [not s.from_peer for s in samples] if own_tokens(samples) else [True] * len(samples)
+    return mask, sum(len(s.completion_ids) for s, a in zip(samples, mask) if a)
 
 
 def sampler_logprobs(samples: Sequence[TrainSample]) -> np.ndarray | None:

@@ -263,8 +263,7 @@ class MlxBackend(Backend):
             raise ValueError("train_step needs at least one completion token")
         grpo = self.settings.grpo
         own_count = own_tokens(samples)
-        on_reply = anchored_replies(samples)  # the anchor's replies (torch_grpo.py says which and why)
-        anchor_count = sum(len(s.completion_ids) for s, a in zip(samples, on_reply) if a)
+        on_reply, anchor_count = anchored_replies(samples)  # the anchor's replies (torch_grpo.py says which and why)
         anchored = grpo.kl_beta > 0
         stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "reference_s": 0.0}
         gap = SamplerGap()
@@ -286,7 +285,7 @@ class MlxBackend(Backend):
                 counted = mx.array([on_reply[i] for row in rows for i in row.samples
                                     for _ in samples[i].completion_ids])
                 own = mx.array([not s.from_peer for s in batch for _ in s.completion_ids])
-                kl = k3_kl(logp, reference, mx.logical_and(own, counted))
+                kl = k3_kl(logp, reference, own)
                 # the mean over anchored tokens: the loss divides by all tokens, the others included
                 objective = objective - grpo.kl_beta * (total / anchor_count) * k2_anchor(logp, reference, counted)
             return -objective.sum() / total, (ratio, clipped, old, kl.sum())

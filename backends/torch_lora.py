@@ -373,8 +373,7 @@ class TorchLoraTrainer:
         computed = 0
         beta = self.grpo.kl_beta
         own_count = own_tokens(samples)
-        on_reply = anchored_replies(samples)
-        anchor_count = sum(len(s.completion_ids) for s, a in zip(samples, on_reply) if a)
+        on_reply, anchor_count = anchored_replies(samples)
         anchored = beta > 0
         if anchored:
             reference_s = time.perf_counter()
@@ -398,7 +397,7 @@ class TorchLoraTrainer:
                 # the mean over anchored tokens: the loss divides by all tokens, the others included
                 objective = objective - beta * (total_tokens / anchor_count) * k2_anchor(logp, reference, counted)
                 own = torch.tensor([not sample.from_peer for sample in batch], device=self.device)[owner]
-                kl_sum += float(k3_kl(logp, reference, own & counted).sum())
+                kl_sum += float(k3_kl(logp, reference, own).sum())
             loss = -objective.sum() / total_tokens
             loss.backward()
             loss_sum += float(loss.detach())

@@ -78,6 +78,12 @@ def eval_fields(result: EvalResult, weights_round: int) -> dict:
     return fields
 
 
+def fixed_set_levels(preset_name: str) -> dict[str, tuple[int, ...]]:
+    """The levels each dataset's fixed-set items come from."""
+    preset = load_preset(preset_name)
+    return {d: tuple(range(min(EVAL_LEVELS, len(levels)))) for d, levels in preset.levels.items()}
+
+
 @lru_cache(maxsize=8)
 def eval_tasks(preset_name: str) -> tuple[Task, ...]:
     """The preset's fixed evaluation set, the same on every machine."""
@@ -85,7 +91,7 @@ def eval_tasks(preset_name: str) -> tuple[Task, ...]:
     per_dataset = max(1, EVAL_ITEMS // len(preset.datasets))
     tasks = []
     for d, dataset in enumerate(preset.datasets):
-        levels = min(EVAL_LEVELS, len(preset.levels[dataset]))
+        levels = len(fixed_set_levels(preset_name)[dataset])
         for i in range(per_dataset):
             tasks.append(regenerate(preset.spec(dataset, i % levels, EVAL_SEED + d, i)))
     return tuple(tasks)
@@ -134,8 +140,7 @@ def question_space(preset_name: str, dataset: str, level: int, draws: int = SPAC
     import numpy as np
 
     preset, rng = load_preset(preset_name), np.random.default_rng(draws)
-    return len({regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000)))).question
-                for _ in range(draws)})
+    return len({regenerate(preset.training_spec(dataset, level, rng)).question for _ in range(draws)})
 
 
 def fixed_set_shortcuts(preset_name: str) -> dict[str, FixedAnswer]:
@@ -144,12 +149,6 @@ def fixed_set_shortcuts(preset_name: str) -> dict[str, FixedAnswer]:
     for task in eval_tasks(preset_name):
         by_dataset.setdefault(task.spec.dataset, []).append(task)
     return {d: fixed_answer_score(tasks) for d, tasks in by_dataset.items()}
-
-
-def fixed_set_levels(preset_name: str) -> dict[str, tuple[int, ...]]:
-    """The levels each dataset's fixed-set items come from."""
-    preset = load_preset(preset_name)
-    return {d: tuple(range(min(EVAL_LEVELS, len(levels)))) for d, levels in preset.levels.items()}
 
 
 def near_greedy(max_new_tokens: int) -> SamplingParams:

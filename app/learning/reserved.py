@@ -27,7 +27,7 @@ import numpy as np
 
 from .evaluation import at_level_tasks, eval_tasks
 from .rollout import QuestionGroup
-from .tasks import EVAL_SEED, Preset, Task, TaskError, load_preset, regenerate
+from .tasks import Preset, Task, TaskError, load_preset, regenerate
 
 RESERVED_AT_LEVEL = 40  # at-level items reserved per (dataset, level): an experiment's sets are their first
 # A level whose questions are this often reserved in a row is all but used up by the held-out sets:
@@ -57,7 +57,7 @@ def draw_task(preset: Preset, dataset: str, level: int, rng: np.random.Generator
     again while it is reserved (from the same stream: a node resumed, or the other arm of an
     experiment's pair, draws the same questions)."""
     for _ in range(MAX_REDRAWS):
-        task = regenerate(preset.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000))))
+        task = regenerate(preset.training_spec(dataset, level, rng))
         if not is_reserved(task, preset.name):
             return task
     raise TaskError(f"{dataset} at level {level} of preset {preset.name}: {MAX_REDRAWS} draws in a row were held-out "

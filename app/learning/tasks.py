@@ -83,6 +83,10 @@ class Preset:
     def spec(self, dataset: str, level: int, seed: int, index: int) -> TaskSpec:
         return TaskSpec(self.name, dataset, self.levels[dataset][level], seed, index)
 
+    def training_spec(self, dataset: str, level: int, rng) -> TaskSpec:
+        """A training draw from `rng` (a numpy Generator): a seed below EVAL_SEED, any index."""
+        return self.spec(dataset, level, int(rng.integers(EVAL_SEED)), int(rng.integers(1_000_000)))
+
     def level_of(self, spec: TaskSpec) -> int:
         """The level a spec's config belongs to; TaskError if it is not one of this preset's."""
         if spec.preset != self.name:
