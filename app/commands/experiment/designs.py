@@ -15,6 +15,9 @@ random numbers, learning/draws.py) and differ only in what they train on. Q is f
   are right 2-5% of the time, so that only a minority of groups has a signal and one node's
   success can become every node's signal. Arms 8/0 and 4/4; primary: held-out accuracy there.
 - `paper`: the paper's four mixes (8/0, 6/2, 4/4, 2/6) on identical nodes over all the specialities.
+- `volunteer`: nodes alone on the default preset (starter-2), every dataset at its first level
+  (each holds at least 1,000 distinct questions): the learning defaults' screen and what a
+  volunteer's node learns, one arm. Primary: held-out accuracy, the mean over datasets.
 
 Levels were chosen from the base model's rates measured here (README, "Does sharing help?").
 """
@@ -110,6 +113,9 @@ TUNED_SEEDS = frozenset({1, 2, 3, 4, 5, 6, 101, *range(610, 620)})
 
 SPECIALITIES = (("letter_counting", 0), ("basic_arithmetic", 0), ("chain_sum", 0))
 RARE_LEVELS = (("chain_sum", 0),)
+# starter-2's datasets at level 0 (assets/presets/starter-2.toml: its survey of the base model)
+VOLUNTEER_LEVELS = tuple((dataset, 0) for dataset in (
+    "chain_sum", "basic_arithmetic", "base_conversion", "simple_equations", "leg_counting", "decimal_chain_sum"))
 
 DESIGNS = {
     # specialists and rare-success ran (assets/results/) with the paper's fixed mix, and keep it.
@@ -127,4 +133,7 @@ DESIGNS = {
         "paper", nodes=4, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=SPECIALITIES,
         arms=tuple(Arm(name, i, j, peer_groups="mix") for name, i, j in
                    (("alone", 8, 0), ("6/2", 6, 2), ("4/4", 4, 4), ("2/6", 2, 6))), first_seed=400),
+    "volunteer": Design(
+        "volunteer", nodes=1, rounds=60, seeds=2, burn_in=10, eval_every=10, specialities=VOLUNTEER_LEVELS,
+        arms=(Arm("alone", 8, 0),), first_seed=700, preset="starter-2"),
 }
