@@ -88,12 +88,18 @@ class TrainSection(_Section):
     warmup_steps: int = Field(default=5, ge=0, le=100_000)
     # Step only once this many question-groups with right *and* wrong replies (a strict reward
     # spread; a spread of the format bonus alone does not count) have accumulated, this node's and
-    # peers': under Adam a step from one group moves the adapter as far as one from eight. Groups
-    # waiting for the step stay on-policy (the policy has not moved since they were sampled); they
-    # are kept in the checkpoint. 0: step on any round with any signal (the earlier behaviour).
-    # 4, not 8: from the base model (7% right) a default round has ~1.5 such groups, and at 8 a
-    # node stepped once in 5-10 rounds and learnt too little in 20 (measured: README).
-    min_signal_groups: int = Field(default=4, ge=0, le=1024)
+    # peers'. Groups waiting for the step stay on-policy (the policy has not moved since they were
+    # sampled); they are kept in the checkpoint. 1: a step on every round with a signal. It was 4
+    # (under Adam a step from one group moves the adapter as far as one from eight), chosen on the
+    # eager-bf16 trainer; on the trainer that ships, 1 learnt faster in every run of the defaults
+    # screen (volunteer design, tuning seeds 611-612, assets/results/defaults-screen-volunteer/):
+    # held-out 10.4-12.5 % at round 20 in all five runs at 1, 7.1-9.2 % in all six at 4 with the
+    # same learning rates (3e-4 to 1e-3) and beta <= 0.05. A fresh node no longer waits rounds for
+    # its first step.
+    min_signal_groups: int = Field(default=1, ge=0, le=1024)
+    # The anchor's weight (k2 toward the base model, backends/torch_grpo.py). Screened: 0.2 learnt
+    # least at lr 3e-4 (6.2-6.7 % at round 30); 0 and 0.05 were within one standard error (~2
+    # points) of each other; 0.05 kept for the long runs' sake (a 500-round run holds it).
     kl_beta: float = Field(default=0.05, ge=0, le=100)
     lora_r: int = Field(default=16, ge=1, le=1024)
     lora_alpha: float = Field(default=32.0, gt=0)
