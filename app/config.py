@@ -57,6 +57,14 @@ class RoundSection(_Section):
     peer_groups: Literal["fill", "mix"] = "fill"
     # At most this many external groups from any one peer per round.
     max_groups_per_peer: int = Field(default=2, ge=1, le=256)
+    # Rescue (learning/rescue.py): the first `common_questions` of a round's questions come from a
+    # stream every node of the swarm derives by itself, and an own group on one with no right reply
+    # takes peers' verified right replies on the same question (`rescue`). 2 of 8: most of a
+    # round stays the node's own curriculum's draw. "clock" windows the stream by wall-clock time
+    # (asynchronous nodes meet); "round" by the round number (an experiment's lockstep nodes).
+    common_questions: int = Field(default=2, ge=0, le=256)
+    rescue: bool = True
+    common_window: Literal["clock", "round"] = "clock"
     # A focus (specialists, experiments): local questions only from these of the preset's datasets
     # (default: all of them) ...
     datasets: tuple[str, ...] = ()

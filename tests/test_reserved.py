@@ -34,7 +34,7 @@ def test_every_held_out_set_is_reserved_the_fixed_the_at_level_and_the_experimen
     for design in DESIGNS.values():
         assert design.eval_items <= RESERVED_AT_LEVEL
         for dataset, level in design.specialities:
-            assert all(is_reserved(t, "starter") for t in at_level_tasks("starter", dataset, level, design.eval_items))
+            assert all(is_reserved(t, design.preset) for t in at_level_tasks(design.preset, dataset, level, design.eval_items))
 
 
 def test_a_long_draw_stream_never_yields_a_reserved_question_where_plain_draws_do():

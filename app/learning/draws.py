@@ -16,8 +16,11 @@ PURPOSES = ("tasks", "sampling", "selection", "fetches")
 
 
 class RoundDraws:
-    def __init__(self, seed: int, round_no: int) -> None:
+    def __init__(self, seed: int, round_no: int, common_window: int | None = None) -> None:
         self.seed, self.round_no = int(seed), int(round_no)
+        # The swarm's common stream's window (learning/rescue.py): a slice of the clock for a node,
+        # the round number (the default) where rounds run in lockstep (an experiment).
+        self.common_window = self.round_no if common_window is None else int(common_window)
 
     def stream(self, purpose: str) -> np.random.Generator:
         """A fresh generator for `purpose` in this round (the same on every call)."""

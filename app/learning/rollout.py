@@ -34,6 +34,10 @@ class ScoredCompletion:
     well_formed: bool
     reward: float
     sender_logprob: float | None = None  # a peer's completion: the sender's summed sampling logprob
+    # A peer's reply in an own group (a rescue, learning/rescue.py): the peer's id, and whether
+    # another model than this node's sampled it. Trained on as a peer's, reply by reply.
+    peer: str | None = None
+    from_other_model: bool = False
 
 
 @dataclass
@@ -46,6 +50,7 @@ class QuestionGroup:
     source: str = "local"  # "local" or the sending peer's id
     received_round: int | None = None  # a peer's group: the round of ours in which it was admitted
     other_model: bool = False  # a peer's group sampled by another model than this node's
+    sampled_round: int | None = None  # an own group waiting for a rescue: the round that sampled it
 
     @property
     def rewards(self) -> list[float]:
@@ -87,7 +92,8 @@ class QuestionGroup:
         return {"spec": [s.preset, s.dataset, s.config, s.seed, s.index], "level": self.level,
                 "prompt": [p.system, p.user, p.prefill], "prompt_ids": list(self.prompt_ids),
                 "completions": [asdict(c) for c in self.completions], "source": self.source,
-                "received_round": self.received_round, "other_model": self.other_model}
+                "received_round": self.received_round, "other_model": self.other_model,
+                "sampled_round": self.sampled_round}
 
     @classmethod
     def from_state(cls, state: dict) -> QuestionGroup:
@@ -95,7 +101,8 @@ class QuestionGroup:
         TypeError or ValueError on a state that is not one."""
         return cls(regenerate(TaskSpec(*state["spec"])), int(state["level"]), ChatPrompt(*state["prompt"]),
                    list(state["prompt_ids"]), [ScoredCompletion(**c) for c in state["completions"]],
-                   state["source"], state["received_round"], bool(state.get("other_model", False)))
+                   state["source"], state["received_round"], bool(state.get("other_model", False)),
+                   state.get("sampled_round"))
 
 
 # What the round hands the swarm: its scored groups, to share (returns at once).

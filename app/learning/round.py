@@ -12,7 +12,7 @@ import copy
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import fmean
 
 import psutil
@@ -29,6 +29,7 @@ from .round_record import RoundRecord, SwarmRoundStats, TrainRecord
 from .group_selection import Selection, select_groups
 from .screening import Screening, screen_peer_text
 from .reserved import draw_task, of_preset, unreserved
+from .rescue import awaits_rescue, common_task, rescue
 from .tasks import Preset
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class RoundSettings:
     # token beyond its own entropy, is dropped with its group (learning/screening.py; 0: off).
     external_text_margin: float = 0.0
     model: str = ""  # the model's name, for the record (the caller knows it; a backend may not)
+    # The first this many of a round's questions come from the swarm's common stream, and own
+    # all-wrong groups on them wait for peers' right replies (learning/rescue.py).
+    common_questions: int = 0
+    rescue: bool = False
+    swarm: str = "main"  # the common stream's key
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -70,6 +76,9 @@ class RoundSettings:
             fill=config.round.peer_groups == "fill",
             min_signal_groups=config.train.min_signal_groups,
             external_text_margin=config.train.external_text_margin,
+            common_questions=min(config.round.common_questions, shape.questions),
+            rescue=config.round.rescue,
+            swarm=config.swarm.name,
         )
 
 
@@ -81,6 +90,7 @@ class RoundOutcome:
     used_external: list[QuestionGroup] = field(default_factory=list)  # to leave the pool for good
     trained: list[QuestionGroup] = field(default_factory=list)  # every group the update used
     waiting: list[QuestionGroup] = field(default_factory=list)  # selected, waiting for the next step
+    awaiting_rescue: list[QuestionGroup] = field(default_factory=list)  # own all-wrong groups (rescue.py)
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,7 @@ def run_round(
     on_progress: PhaseProgress | None = None,
     close: RoundCloser | None = None,
     waiting: Sequence[QuestionGroup] = (),
+    awaiting_rescue: Sequence[QuestionGroup] = (),
 ) -> RoundOutcome:
     started = time.time()
     stop = should_stop or (lambda: False)
@@ -128,11 +139,16 @@ def run_round(
         timings[name] = timings.get(name, 0.0) + now - clock
         clock = now
 
-    # 1. tasks, picked by the node's own curriculum; never a held-out question (learning/reserved.py)
+    # 1. tasks, picked by the node's own curriculum; the first ones from the swarm's common stream
+    # (where peers meet on the same questions: learning/rescue.py); never a held-out question
+    # (learning/reserved.py)
     phase("tasks")
     rng = draws.stream("tasks")
     picks = curriculum.pick(rng, settings.questions)
-    tasks = [draw_task(preset, dataset, level, rng) for dataset, level in picks]
+    tasks = [common_task(preset, dataset, level, settings.swarm, draws.common_window, rng)
+             if i < settings.common_questions else draw_task(preset, dataset, level, rng)
+             for i, (dataset, level) in enumerate(picks)]
+    common = {t.question for t in tasks[:settings.common_questions]}
     form = settings.prompt_format
     prompts = [form.prompt(t.question) for t in tasks]
     lap("tasks")
@@ -179,8 +195,19 @@ def run_round(
     offered = list(external)
     external, other_preset = of_preset(external, preset.name)  # another preset's tasks: not this node's to learn
     external, held_out = unreserved(external, preset.name)  # a peer's group on a held-out question: never trained on
+    # Rescue: own all-wrong groups on common questions (this round's, and earlier ones still
+    # waiting) with peers' right replies on the same question added. A peer's group that rescued
+    # one is not trained on again beside it.
+    own = groups
+    rescued = None
+    if settings.rescue:
+        fresh = [replace(g, sampled_round=round_no) for g in groups if awaits_rescue(g, common)]
+        rescued = rescue([*awaiting_rescue, *fresh], external, round_no)
+        helped = {g.task.question for g in rescued.rescued}
+        own = [g for g in groups if g.task.question not in helped] + rescued.rescued
+        external = [g for g in external if g.task.question not in helped]
     selection = select_groups(
-        groups, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
+        own, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
         settings.max_groups_per_peer, settings.fill,
     )
     # Peers' free text (reasoning mode) screened by our own policy: the verifier checks only the
@@ -212,6 +239,9 @@ def run_round(
     still_waiting = [] if train_stats else _bounded_wait(batch, settings.min_signal_groups)
     # taken by the batch (trained now, or waiting), or screened out
     used_external = list(selection.external) + (screening.dropped if screening else []) + held_out + other_preset
+    if rescued is not None:
+        taken = {id(g) for g in used_external}
+        used_external += [g for g in offered if g.task.question in helped and id(g) not in taken]
 
     # 8. close: what the caller measures now that the update is applied (the swarm's figures, a
     # held-out score when one is due), for the record
@@ -292,15 +322,19 @@ def run_round(
         backend=backend.info().name,
         rss_bytes=psutil.Process().memory_info().rss,
         swarm=closing.swarm,
+        rescued_groups=len(rescued.rescued) if rescued else 0,
+        rescued_replies_by_peer=dict(rescued.by_peer) if rescued else {},
+        awaiting_rescue=len(rescued.still_waiting) if rescued else 0,
     )
-    return RoundOutcome(record, groups, updated, used_external, trained, still_waiting)
+    return RoundOutcome(record, groups, updated, used_external, trained, still_waiting,
+                        rescued.still_waiting if rescued else [])
 
 
 def training_samples(groups: Sequence[QuestionGroup]) -> list[TrainSample]:
     """Every reply of the groups as a training sample, with its group's advantage."""
     return [
         TrainSample(g.prompt_ids, c.token_ids, adv, c.sampler_logprobs, sequence_behaviour_logprob=c.sender_logprob,
-                    from_other_model=g.other_model, from_peer=g.source != "local")
+                    from_other_model=g.other_model or c.from_other_model, from_peer=g.source != "local" or c.peer is not None)
         for g in groups
         for c, adv in zip(g.completions, g.advantages())
         if c.token_ids

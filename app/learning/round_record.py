@@ -132,6 +132,12 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     external_held_out: int = 0
     # Peers' groups of another preset than this node's, set aside without blame (learning/reserved.py).
     external_other_preset: int = 0
+    # Rescue (learning/rescue.py): own all-wrong groups on common questions that peers' right
+    # replies on the same question gave a signal this round, those replies per peer, and the own
+    # groups still waiting for one.
+    rescued_groups: int = 0
+    rescued_replies_by_peer: dict[str, int] = msgspec.field(default_factory=dict)
+    awaiting_rescue: int = 0
     timestamp: float = 0.0
     wall_seconds: float = 0.0
     model: str = ""

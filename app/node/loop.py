@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from dataclasses import replace
@@ -36,6 +37,7 @@ from ..learning.curriculum import Curriculum
 from ..learning.draws import RoundDraws
 from ..learning.evaluation import EvalResult, evaluate
 from ..learning.prompt import PromptFormat
+from ..learning.rescue import clock_window
 from ..learning.rollout import QuestionGroup
 from ..learning.round import RoundClosing, RoundSettings, run_round
 from ..learning.tasks import Preset, load_preset
@@ -89,6 +91,7 @@ class Node(NodeControls):
         self.seed = 0  # each round's draws come from it (learning/draws.py)
         self.curriculum: Curriculum | None = None
         self.waiting: list[QuestionGroup] = []  # selected groups waiting for the minimum batch
+        self.awaiting_rescue: list[QuestionGroup] = []  # own all-wrong common groups (learning/rescue.py)
         self.round = 0
         self._rounds_begun = False  # before the first round, the start's work is shown as preparing
         self.held_out = HeldOutSchedule(config.eval.every_rounds, self._measure, base_evals)
@@ -144,7 +147,7 @@ class Node(NodeControls):
         self.slot = BackendSlot(spec, self.paths.checkpoints, self._build)
         self.emit(Preparing(loading_note(self.model, spec.kind, self.paths.cache_dir)))
         backend = self.slot.open()
-        self.curriculum, self.waiting = restore(start, backend, self.preset, self.emit)
+        self.curriculum, self.waiting, self.awaiting_rescue = restore(start, backend, self.preset, self.emit)
         try:
             self.curriculum.focus(cfg.round.datasets, cfg.round.levels)
         except ValueError as exc:
@@ -218,7 +221,9 @@ class Node(NodeControls):
         self._rounds_begun = True
         prefill = self.prompt_format.prefill
         last = self.board.last_record
-        draws = RoundDraws(self.seed, round_no)
+        # The common stream's window (learning/rescue.py): the clock's, or the round's in lockstep runs
+        window = clock_window(time.time()) if self.config.round.common_window == "clock" else None
+        draws = RoundDraws(self.seed, round_no, window)
         # Which bundles to fetch depends on what the network delivered: a stream of its own.
         self.swarm.start_round(draws.stream("fetches"), inbound_budget(self.config, last.wall_seconds if last else None))
         outcome = run_round(
@@ -237,16 +242,18 @@ class Node(NodeControls):
             on_progress=ProgressReporter(round_no, self.emit),
             close=lambda trained, used: self._close_round(round_no, trained, used),
             waiting=self.waiting,
+            awaiting_rescue=self.awaiting_rescue,
         )
         write_checkpoint(
             self.paths.checkpoints, round_no, seed=self.seed, model=self.model.name,
-            curriculum=outcome.curriculum, waiting=outcome.waiting, record=outcome.record,
+            curriculum=outcome.curriculum, waiting=outcome.waiting, awaiting_rescue=outcome.awaiting_rescue,
+            record=outcome.record,
             save_backend=self.slot.backend.save_state, keep=self.config.checkpoint.keep, last_good_round=self.round,
         )
         record = outcome.record
         if record.eval_of_round == round_no and self.best.improves(record.eval_accuracy, round_no):
             self.best.keep(round_folder(self.paths.checkpoints, round_no), record.eval_accuracy, round_no)
-        self.curriculum, self.waiting = outcome.curriculum, outcome.waiting
+        self.curriculum, self.waiting, self.awaiting_rescue = outcome.curriculum, outcome.waiting, outcome.awaiting_rescue
         self.round = round_no
         append_record(self.paths.metrics_file, outcome.record.to_dict())
         self.emit(RoundFinished(outcome.record))

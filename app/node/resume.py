@@ -42,6 +42,9 @@ class NodeState(msgspec.Struct, kw_only=True, frozen=True):
     # Groups selected for training, waiting for the minimum batch (rollout.QuestionGroup.to_state):
     # kept, so a restart loses none of the work that went into them.
     waiting: list[dict] = msgspec.field(default_factory=list)
+    # Own all-wrong groups on the common stream's questions, waiting for a peer's right reply
+    # (learning/rescue.py); absent in an earlier version's checkpoints.
+    awaiting_rescue: list[dict] = msgspec.field(default_factory=list)
     metrics: dict | None = None  # the round's record, as metrics.jsonl has it
 
     @classmethod
@@ -84,11 +87,12 @@ def find_start(checkpoints: Path, model_name: str, configured_seed: int | None) 
     return StartPoint(state.seed, checkpoint, state)
 
 
-def restore(start: StartPoint, backend: Backend, preset: Preset, emit: Listener) -> tuple[Curriculum, list[QuestionGroup]]:
-    """Load the checkpoint's adapter and optimizer; returns the curriculum and the groups that were
-    waiting for a training step."""
+def restore(start: StartPoint, backend: Backend, preset: Preset,
+            emit: Listener) -> tuple[Curriculum, list[QuestionGroup], list[QuestionGroup]]:
+    """Load the checkpoint's adapter and optimizer; returns the curriculum, the groups that were
+    waiting for a training step and those waiting for a rescue."""
     if start.checkpoint is None:
-        return Curriculum(preset), []
+        return Curriculum(preset), [], []
     try:
         if start.state.learning < LEARNING_VERSION:
             # Trained under the earlier rules (a constant, larger step, no anchor): the adapter is
@@ -104,14 +108,16 @@ def restore(start: StartPoint, backend: Backend, preset: Preset, emit: Listener)
             f"could not resume from {start.checkpoint.path}: {exc}. Restore the matching [train] settings, "
             "or use another --home to start fresh"
         ) from exc
-    return Curriculum.from_dict(preset, start.state.curriculum), _waiting_groups(start.state.waiting, emit)
+    return (Curriculum.from_dict(preset, start.state.curriculum),
+            _waiting_groups(start.state.waiting, "a training step", emit),
+            _waiting_groups(start.state.awaiting_rescue, "a rescue", emit))
 
 
-def _waiting_groups(saved: list[dict], emit: Listener) -> list[QuestionGroup]:
+def _waiting_groups(saved: list[dict], what: str, emit: Listener) -> list[QuestionGroup]:
     try:
         return [QuestionGroup.from_state(g) for g in saved]
     except (TaskError, KeyError, TypeError, ValueError) as exc:  # a reasoning-gym or preset that changed
-        emit(Notice("warning", f"the {len(saved)} groups waiting for a training step could not be restored ({exc}): "
+        emit(Notice("warning", f"the {len(saved)} groups waiting for {what} could not be restored ({exc}): "
                                "dropped, the next rounds collect new ones"))
         return []
 
@@ -124,6 +130,7 @@ def write_checkpoint(
     model: str,
     curriculum: Curriculum,
     waiting: Sequence[QuestionGroup],
+    awaiting_rescue: Sequence[QuestionGroup] = (),
     record: RoundRecord,
     save_backend: Callable[[Path], None],
     keep: int,
@@ -131,7 +138,7 @@ def write_checkpoint(
 ) -> None:
     state = NodeState(learning=LEARNING_VERSION, round=round_no, seed=seed, model=model,
                       curriculum=curriculum.to_dict(), waiting=[g.to_state() for g in waiting],
-                      metrics=record.to_dict())
+                      awaiting_rescue=[g.to_state() for g in awaiting_rescue], metrics=record.to_dict())
     try:
         save_checkpoint(root, round_no, msgspec.to_builtins(state), save_backend, keep)
     except OSError as exc:

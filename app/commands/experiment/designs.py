@@ -15,6 +15,11 @@ random numbers, learning/draws.py) and differ only in what they train on. Q is f
   are right 2-5% of the time, so that only a minority of groups has a signal and one node's
   success can become every node's signal. Arms 8/0 and 4/4; primary: held-out accuracy there.
 - `paper`: the paper's four mixes (8/0, 6/2, 4/4, 2/6) on identical nodes over all the specialities.
+- `rescue`: identical nodes in the rare-success regime of starter-2 (levels of 1,000+ distinct
+  questions where the base model's sampled replies are right 1.6-2.6 % of the time), 2 of 8
+  questions a round from the common stream in every arm; arms alone, fill (4 / 4, peers' groups in
+  the places left) and fill + rescue, and the paper's fixed 4 / 4 mix. Pre-registered in
+  docs/rescue-experiment.md. Primary: held-out accuracy.
 - `volunteer`: nodes alone on the default preset (starter-2), every dataset at its first level
   (each holds at least 1,000 distinct questions): the learning defaults' screen and what a
   volunteer's node learns, one arm. Primary: held-out accuracy, the mean over datasets.
@@ -41,6 +46,7 @@ class Arm:
     external: int
     uniform: bool = False  # local questions from every speciality (not the node's own alone)
     peer_groups: str = "fill"  # round.peer_groups: "fill", or the paper's fixed "mix"
+    rescue: bool = False  # round.rescue: own all-wrong groups on common questions take peers' right replies
 
     def scaled(self, questions: int) -> tuple[int, int]:
         external = round(questions * self.external / (self.local + self.external))
@@ -65,6 +71,9 @@ class Design:
     # further pairs (arm, against), compared by seed like every arm against the baseline
     contrasts: tuple[tuple[str, str], ...] = ()
     preset: str = "starter"  # the preset its specialities are levels of, whatever a node's default is
+    # round.common_questions in every arm (rescue or not: common random numbers); 0 in the designs
+    # that ran before the common stream existed, so that they draw what they drew
+    common_questions: int = 0
 
     def __post_init__(self) -> None:
         if self.eval_items > RESERVED_AT_LEVEL:  # items past these could be trained on
@@ -113,6 +122,8 @@ TUNED_SEEDS = frozenset({1, 2, 3, 4, 5, 6, 101, *range(610, 620)})
 
 SPECIALITIES = (("letter_counting", 0), ("basic_arithmetic", 0), ("chain_sum", 0))
 RARE_LEVELS = (("chain_sum", 0),)
+# starter-2's rare-success levels (its header: sampled at T=1, 2.6 % and 1.6 % right)
+RESCUE_LEVELS = (("chain_sum", 0), ("base_conversion", 0))
 # starter-2's datasets at level 0 (assets/presets/starter-2.toml: its survey of the base model)
 VOLUNTEER_LEVELS = tuple((dataset, 0) for dataset in (
     "chain_sum", "basic_arithmetic", "base_conversion", "simple_equations", "leg_counting", "decimal_chain_sum"))
@@ -133,6 +144,11 @@ DESIGNS = {
         "paper", nodes=4, rounds=30, seeds=5, burn_in=10, eval_every=5, specialities=SPECIALITIES,
         arms=tuple(Arm(name, i, j, peer_groups="mix") for name, i, j in
                    (("alone", 8, 0), ("6/2", 6, 2), ("4/4", 4, 4), ("2/6", 2, 6))), first_seed=400),
+    "rescue": Design(
+        "rescue", nodes=4, rounds=60, seeds=8, burn_in=20, eval_every=10, specialities=RESCUE_LEVELS,
+        arms=(Arm("alone", 8, 0), Arm("fill", 4, 4), Arm("fill+rescue", 4, 4, rescue=True),
+              Arm("paper-4/4", 4, 4, peer_groups="mix")),
+        first_seed=800, preset="starter-2", common_questions=2, contrasts=(("fill+rescue", "fill"),)),
     "volunteer": Design(
         "volunteer", nodes=1, rounds=60, seeds=2, burn_in=10, eval_every=10, specialities=VOLUNTEER_LEVELS,
         arms=(Arm("alone", 8, 0),), first_seed=700, preset="starter-2"),

@@ -226,6 +226,8 @@ def node_config(options: ExperimentOptions, arm: Arm, seed: int, k: int) -> Conf
     datasets, levels = options.design.focus(arm, k)
     cli = [*extra, ("round.questions", questions), ("round.local_groups", local), ("round.external_groups", external),
            ("round.peer_groups", arm.peer_groups), ("round.preset", options.design.preset),
+           ("round.rescue", arm.rescue), ("round.common_questions", options.design.common_questions),
+           ("round.common_window", "round"),
            ("round.datasets", datasets), ("round.levels", levels), ("run.seed", 1000 * seed + k),
            ("eval.every_rounds", 0), ("swarm.enabled", False), ("resources.nice", 0),
            ("resources.pause_on_battery", False), ("backend.threads", options.threads), ("checkpoint.keep", 1)]
