@@ -11,6 +11,7 @@ from fakes import SETTINGS, FakeBackend
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.prompt import PromptFormat
 from swarmling.app.learning.draws import RoundDraws
+from swarmling.app.learning.rollout import RIGHT, QuestionGroup
 from swarmling.app.learning.round import run_round
 from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, admit_group, reply_shape_problem
 from swarmling.app.swarm.verification.wire import WireCompletion, bundle_from_groups
@@ -113,6 +114,20 @@ def test_a_large_group_is_brought_to_this_nodes_group_size(wire_group):
     assert len(admitted.completions) == 4  # this node's G
     again = admit_group(big, PEER, context(64), "smollm2-135m")
     assert [c.text for c in again.completions] == [c.text for c in admitted.completions]  # the same subsample
+
+
+def test_bringing_a_large_group_to_size_keeps_a_rare_right_reply(wire_group):
+    """The one right reply of 32 is what a rescue (learning/rescue.py) needs: wherever it sits, it
+    stays (a uniform subsample of 4 would drop it 7 times in 8)."""
+    group, task = wire_group
+    wrong = with_reply(group, "<answer>-1</answer>").completions[0]
+    right = with_reply(group, f"<answer>{task.entry['answer']}</answer>").completions[0]
+    for position in range(0, 32, 5):
+        replies = [wrong] * 32
+        replies[position] = right
+        admitted = admit_group(msgspec.structs.replace(group, completions=replies), PEER, context(64), "smollm2-135m")
+        assert isinstance(admitted, QuestionGroup) and len(admitted.completions) == 4, admitted
+        assert sum(c.strict >= RIGHT for c in admitted.completions) == 1
 
 
 def test_a_group_that_lost_many_replies_here_is_refused(wire_group):

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .rollout import RIGHT  # a strict score that counts as right (partial credit below it does not)
 from .tasks import Preset
 
 EMA = 0.25  # the tag rate's, and the displayed success's
@@ -44,7 +45,6 @@ DOWN_ALL_WRONG = 0.75
 WEIGHT_FLOOR = 0.2
 NEW_LEVEL_MIXED = 0.5
 REPLAY_SHARE = 0.25
-RIGHT = 0.999  # a strict score that counts as right (partial credit below it does not)
 
 ALL_RIGHT, ALL_WRONG, MIXED = "right", "wrong", "mixed"
 

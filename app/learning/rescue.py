@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .reserved import MAX_REDRAWS, is_reserved
-from .rollout import QuestionGroup
+from .rollout import RIGHT, QuestionGroup
 from .tasks import EVAL_SEED, Preset, Task, TaskError, regenerate
 
 COMMON_SLOTS = 4  # questions per (swarm, preset, dataset, level, window): few, so that nodes meet
@@ -43,7 +43,6 @@ RESCUE_WAIT_ROUNDS = 2  # an own all-wrong group waits this long for a peer's ri
 RESCUE_WAITING = 8  # own groups waiting for a rescue, at most (the oldest go first)
 RESCUE_REPLIES = 4  # right replies of peers joining one group, at most ...
 RESCUE_REPLIES_PER_PEER = 2  # ... and from any one peer
-RIGHT = 0.999  # a reply the verifier scored right
 
 
 def clock_window(now: float) -> int:

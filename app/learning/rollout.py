@@ -22,6 +22,7 @@ MIN_SPREAD = 0.05  # the least reward spread a group needs to be trained on
 # Peers' groups are trained on in the round they arrived here or the next, no later (the pool
 # offers them that long, and a group waiting for a step is dropped past it).
 EXTERNAL_MAX_AGE_ROUNDS = 1
+RIGHT = 0.999  # a reply the verifier scored at least this is right
 
 
 @dataclass
@@ -62,7 +63,7 @@ class QuestionGroup:
 
     @property
     def solved(self) -> bool:
-        return any(c.strict >= 0.999 for c in self.completions)
+        return any(c.strict >= RIGHT for c in self.completions)
 
     @property
     def has_signal(self) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from ....backends.base import ChatPrompt, Sampler
 from ...learning.prompt import PromptFormat
 from ...learning.reward import CLOSE, OPEN
-from ...learning.rollout import QuestionGroup, ScoredCompletion
+from ...learning.rollout import RIGHT, QuestionGroup, ScoredCompletion
 from ...learning.tasks import EVAL_SEED, TaskError, load_preset, preset_names, regenerate
 from .wire import WireGroup
 
@@ -155,6 +155,12 @@ def admit_group(wire: WireGroup, peer: str, ctx: IntakeContext, sender_model: st
 
 def _subsample(completions: list[ScoredCompletion], k: int, key: str) -> list[ScoredCompletion]:
     """k of the group's replies, uniformly: a peer's 64-reply group must weigh what one of ours
-    does in the token mean. Seeded by the group, so every node (and every retry) keeps the same."""
+    does in the token mean. Seeded by the group, so every node (and every retry) keeps the same.
+    A group with a right reply keeps one: a rare success is what a rescue (learning/rescue.py)
+    needs, and keeping it moves the group's mean by at most 1/k."""
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
-    return [completions[i] for i in sorted(rng.choice(len(completions), size=k, replace=False))]
+    picked = [int(i) for i in rng.choice(len(completions), size=k, replace=False)]
+    right = [i for i, c in enumerate(completions) if c.strict >= RIGHT]
+    if right and not set(picked) & set(right):
+        picked[int(rng.integers(k))] = right[int(rng.integers(len(right)))]
+    return [completions[i] for i in sorted(picked)]
