@@ -131,12 +131,12 @@ def format_round(m: RoundRecord) -> str:
     if "train" in s:
         train = f"train {s['train']:.1f}s "
     elif m.min_signal_groups:
-        train = f"train waiting for signal {m.signal_groups}/{m.min_signal_groups} "
+        train = f"train waiting for learnable groups {m.signal_groups}/{m.min_signal_groups} "
     else:
-        train = "train skipped (no signal) "
+        train = "train skipped (nothing learnable) "
     return (
         f"round {m.round:>4}  reward {m.reward_mean:.3f} (shaped {m.shaped_reward_mean:.3f})  "
-        f"solved {m.solved}/{m.questions}  signal {m.signal_share:.0%}  tags {m.tag_rate:.0%}  |  "
+        f"solved {m.solved}/{m.questions}  learnable {m.learnable_groups}/{m.questions}  tags {m.tag_rate:.0%}  |  "
         f"generate {s.get('generate', 0):.1f}s score {s.get('score', 0):.2f}s {train}"
         f"hand-off {s.get('hand-off', 0):.2f}s  |  {m.tokens_per_s:.0f} tok/s"
         + (f"  |  held-out {m.eval_accuracy:.0%} (round {m.eval_of_round})" if m.eval_accuracy is not None else "")

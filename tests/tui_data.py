@@ -37,6 +37,7 @@ def metrics(round_no: int) -> RoundRecord:
         completions=64,
         solved=min(8, round_no // 2 + 1),
         signal_share=0.75,
+        learnable_groups=5,
         tag_rate=0.9,
         local_groups=4,
         external_groups=2,

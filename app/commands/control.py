@@ -26,8 +26,9 @@ def control_command(paths, cmd: str, as_json: bool) -> int:
     print(f"model    {status.get('model')} on {status.get('backend')}  (pid {status['pid']})")
     last = status.get("last_round")
     if last:
+        learnable = f", learnable {last['learnable_groups']}/{last['questions']}" if "learnable_groups" in last else ""
         print(f"last     round {last['round']}: reward {last['reward_mean']:.3f}, solved {last['solved']}/"
-              f"{last['questions']}, {last['wall_seconds']:.0f} s")
+              f"{last['questions']}{learnable}, {last['wall_seconds']:.0f} s")
     if status.get("best"):
         print(f"best     held-out {status['best']['accuracy']:.0%} at round {status['best']['round']} "
               "(`swarmling eval --best`, `swarmling reset --best`)")

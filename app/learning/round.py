@@ -291,6 +291,7 @@ def run_round(
         distinct_answers=fmean(distinct_answers),
         group_outcomes=_outcome_shares(groups),
         signal_groups=signal_groups,
+        learnable_groups=sum(g.strict_signal for g in own if g.sampled_round in (None, round_no)),  # this round's
         min_signal_groups=settings.min_signal_groups,
         waiting_groups=len(still_waiting),
         train=None if train_stats is None else TrainRecord(

@@ -108,6 +108,10 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     signal_groups: int = 0
     min_signal_groups: int = 0
     waiting_groups: int = 0
+    # "Learnable": this round's own groups with right and wrong replies, the ones a step learns
+    # from (signal_share also counts a spread of the format bonus alone), rescued ones included.
+    # The one word the headless line, the TUI and `status` use for them.
+    learnable_groups: int = 0
     # ---- the held-out score (learning/evaluation.py), on the rounds that measured it ----
     eval_accuracy: float | None = None
     eval_per_dataset: dict[str, float] | None = None

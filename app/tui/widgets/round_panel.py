@@ -91,9 +91,9 @@ class RoundPanel(Static):
         text = Text()
         text.append(f"last: round {m.round}  ", style="bold")
         text.append(f"reward {m.reward_mean:.2f}  solved {m.solved}/{m.questions}  ")
-        text.append(f"signal {m.signal_share:.0%}  {view.external_share}  {m.wall_seconds:.0f}s")
+        text.append(f"learnable {m.learnable_groups}/{m.questions}  {view.external_share}  {m.wall_seconds:.0f}s")
         if "train" not in m.seconds and m.min_signal_groups:  # the minimum batch is not full yet
-            text.append(f"  waiting for signal {m.signal_groups}/{m.min_signal_groups}", style="yellow")
+            text.append(f"  waiting for learnable groups {m.signal_groups}/{m.min_signal_groups}", style="yellow")
         if m.eval_best_accuracy is not None:
             text.append(f"\nbest held-out {m.eval_best_accuracy:.0%} at round {m.eval_best_of_round}", style="green")
         return text
