@@ -127,3 +127,12 @@ def test_a_lone_node_with_rescue_on_draws_and_trains_as_it_would_with_it_off():
                     RoundDraws(0, 1))
     assert [g.task.question for g in on.groups] == [g.task.question for g in off.groups]
     assert [g.task.question for g in on.trained] == [g.task.question for g in off.trained]
+
+
+def test_one_question_is_rescued_once_and_a_group_with_its_own_success_is_never_replaced():
+    first = run_round(1, FakeBackend(), PRESET, Curriculum(PRESET), RESCUING, RoundDraws(0, 1))
+    older = first.awaiting_rescue[0]
+    newer = dataclasses.replace(older, sampled_round=2)
+    result = rescue([older, newer], [_peer_group(older.task, rights=2, wrongs=0)], round_no=2)
+    assert [g.sampled_round for g in result.rescued] == [2] and result.still_waiting == []
+    assert sum(result.by_peer.values()) == 2  # the peer's replies joined one group, not two

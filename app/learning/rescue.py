@@ -77,20 +77,23 @@ class Rescue:
 
 def rescue(waiting: Sequence[QuestionGroup], external: Sequence[QuestionGroup], round_no: int) -> Rescue:
     """Each waiting own group (its `sampled_round` set) that a peer's group on the same question
-    has right replies for, with those replies added (bounded); the rest wait on while younger than
-    RESCUE_WAIT_ROUNDS, the newest RESCUE_WAITING of them."""
+    has right replies for, with those replies added (bounded; one group a question, the newest:
+    the same replies never count twice); the rest wait on while younger than RESCUE_WAIT_ROUNDS,
+    the newest RESCUE_WAITING of them."""
     by_question: dict[str, list[QuestionGroup]] = {}
     for g in external:
         by_question.setdefault(g.task.question, []).append(g)
-    result = Rescue()
-    for group in waiting:
-        added = _right_replies(by_question.get(group.task.question, ()))
+    result, done = Rescue(), set()
+    for group in sorted(waiting, key=lambda g: g.sampled_round, reverse=True):
+        question = group.task.question
+        added = [] if question in done else _right_replies(by_question.get(question, ()))
         if added:
             result.rescued.append(replace(group, completions=group.completions + added))
             result.by_peer.update(c.peer for c in added)
-        elif round_no - group.sampled_round < RESCUE_WAIT_ROUNDS:
+            done.add(question)
+        elif question not in done and round_no - group.sampled_round < RESCUE_WAIT_ROUNDS:
             result.still_waiting.append(group)
-    result.still_waiting = result.still_waiting[-RESCUE_WAITING:]
+    result.still_waiting = sorted(result.still_waiting, key=lambda g: g.sampled_round)[-RESCUE_WAITING:]
     return result
 
 

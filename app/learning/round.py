@@ -204,7 +204,8 @@ def run_round(
         fresh = [replace(g, sampled_round=round_no) for g in groups if awaits_rescue(g, common)]
         rescued = rescue([*awaiting_rescue, *fresh], external, round_no)
         helped = {g.task.question for g in rescued.rescued}
-        own = [g for g in groups if g.task.question not in helped] + rescued.rescued
+        replaced = {g.task.question for g in rescued.rescued if g.sampled_round == round_no}  # this round's, rescued
+        own = [g for g in groups if not (awaits_rescue(g, common) and g.task.question in replaced)] + rescued.rescued
         external = [g for g in external if g.task.question not in helped]
     selection = select_groups(
         own, external, settings.local_groups, settings.external_groups, draws.stream("selection"),
