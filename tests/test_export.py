@@ -162,6 +162,80 @@ def test_the_exported_pair_answers_as_the_nodes_sampler_does(trained, gguf_expor
     assert sum(a != b for a, b in zip(without, exported)) >= 3, list(zip(without, exported))
 
 
+# llama-cpp-python's OpenAI-compatible server (`pip install 'llama-cpp-python[server]'`, the card's
+# lines), started in its own process under the same no-AMX-repacking rule as `llama_cpp_python`.
+SERVER = """
+import sys, runpy
+from llama_cpp import llama_cpp as low_level
+from swarmling.backends.cpu_features import has_amx
+default = low_level.llama_model_default_params
+def params():
+    p = default()
+    p.use_extra_bufts = not has_amx()
+    return p
+low_level.llama_model_default_params = params
+sys.argv = ["llama_cpp.server", *sys.argv[1:]]
+runpy.run_module("llama_cpp.server", run_name="__main__")
+"""
+
+
+def test_llama_cpp_pythons_server_answers_the_nodes_prompt_as_the_node_does(trained, gguf_export, tmp_path,
+                                                                            llama_cpp_python):
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("uvicorn", reason="llama-cpp-python's server extra is not installed")
+    _, backend = trained
+    form = PromptFormat()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, "--model", str(gguf_export / "SmolLM2-135M-Instruct.Q4_1.gguf"),
+         "--lora_path", str(gguf_export / "adapter.gguf"), "--host", "127.0.0.1", "--port", str(port),
+         "--n_ctx", "512", "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS)],
+        stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(240):  # bounded: two minutes for the process to load the pair and listen
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=2).read()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+                time.sleep(0.5)
+        else:
+            pytest.fail("the server did not listen within two minutes: " + (tmp_path / "server.log").read_text()[-2000:])
+        modelfile = (gguf_export / "Modelfile").read_text()
+        served = []
+        for task in HELD_OUT:
+            body = json.dumps({"prompt": modelfile_prompt(modelfile, task.question), "max_tokens": MAX_NEW,
+                               "temperature": 0, "repeat_penalty": 1.0, "stop": [CLOSE], "seed": 0}).encode()
+            request = urllib.request.Request(f"{url}/completions", body, {"Content-Type": "application/json"})
+            served.append(json.loads(urllib.request.urlopen(request, timeout=120).read())["choices"][0]["text"])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+    # Over HTTP exactly what the same library answers in process with the pair loaded (the adapter
+    # served: without it these items answer otherwise, test_the_exported_pair_answers_...) ...
+    common = {"n_ctx": 512, "n_threads": THREADS, "n_threads_batch": THREADS, "verbose": False}
+    pair = llama_cpp_python(model_path=str(gguf_export / "SmolLM2-135M-Instruct.Q4_1.gguf"),
+                            lora_path=str(gguf_export / "adapter.gguf"), **common)
+    assert served == answers(pair, [modelfile_prompt(modelfile, t.question) for t in HELD_OUT])
+    # ... and what the node answers, but where it was itself torn between two tokens
+    batched = backend.generate([form.prompt(t.question) for t in HELD_OUT], 1, near_greedy(MAX_NEW)).completions
+    parted = [i for i, group in enumerate(batched) if group[0].text.partition(CLOSE)[0] != served[i]]
+    print(f"the node's evaluation vs llama-cpp-python's server: {len(HELD_OUT) - len(parted)} of {len(HELD_OUT)} identical")
+    for i in parted:
+        assert divergence_gap(backend, form.prompt(HELD_OUT[i].question), batched[i][0].token_ids, served[i]) < NEAR_TIE
+
+
 def divergence_gap(backend, prompt, node_tokens: list[int], other: str) -> float:
     """The node's top-two logit gap at the first of its reply tokens that `other` does not continue."""
     generator = backend.generator
@@ -181,7 +255,8 @@ def test_the_model_card_tells_the_checkpoints_story(gguf_export):
     assert "20 of 48 question-groups trained on came from 2 peers" in card
     assert "| chain_sum | 26.0% | 21.0% |" in card
     assert "llama-server -m SmolLM2-135M-Instruct.Q4_1.gguf --lora adapter.gguf" in card
-    assert ("--no-repack" in card.split("```")[3]) == has_amx()
+    assert "python -m llama_cpp.server --model SmolLM2-135M-Instruct.Q4_1.gguf --lora_path adapter.gguf" in card
+    assert ("--no-repack" in card.split("```")[5]) == has_amx()
     assert json.loads((gguf_export / "swarmling-export.json").read_text())["round"] == ROUND
 
 

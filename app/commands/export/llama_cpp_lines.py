@@ -29,14 +29,25 @@ def command_lines(base_file: str, adapter_file: str, example_prompt: str, system
     completion = shlex.join(["llama-completion", *load, "-p", example_prompt, "-n", str(max_new_tokens),
                              "--temp", "0", "--repeat-penalty", "1", "-no-cnv"])
     chat = shlex.join(["llama-cli", *load, "-sys", system_prompt, "--temp", "0"])
+    python_server = shlex.join(["python", "-m", "llama_cpp.server", "--model", base_file, "--lora_path", adapter_file,
+                                "--port", "8000"])
+    openai_request = json.dumps({"prompt": example_prompt, "temperature": 0, "repeat_penalty": 1,
+                                 "max_tokens": max_new_tokens, "stop": list(STOP)})
+    python_curl = shlex.join(["curl", "-s", "http://127.0.0.1:8000/v1/completions", "-H",
+                              "Content-Type: application/json", "-d", openai_request])
     amx = ("`--no-repack` is there because the exporting machine's CPU has AMX, whose repacked weights crash some "
-           "llama.cpp builds at the first token; keep it on such CPUs, drop it elsewhere for speed."
+           "llama.cpp builds at the first token; keep it on such CPUs, drop it elsewhere for speed (llama-cpp-python's "
+           "server has no such switch: on this CPU serve with llama-server)."
            if no_repack_flag() else
-           "On a CPU with AMX (recent Xeons) add `--no-repack` if llama.cpp crashes at the first token.")
+           "On a CPU with AMX (recent Xeons) add `--no-repack` if llama.cpp crashes at the first token (llama-cpp-python's "
+           "server has no such switch: serve with llama-server there).")
     return "\n".join([
         f"A server, asked with the node's own prompt for {EXAMPLE_QUESTION!r} (put your question in its place; the "
         "reply is what follows the pre-started `<answer>`):",
         "", "```bash", server, curl, "```", "",
+        "Or with Python alone: llama-cpp-python's OpenAI-compatible server (`pip install "
+        "'llama-cpp-python[server]'`; tested: `tests/test_export.py`), asked the same way:",
+        "", "```bash", python_server, python_curl, "```", "",
         "The same prompt from the command line (`llama-completion`; builds before late 2025 call it `llama-cli`):",
         "", "```bash", completion, "```", "",
         "A chat in the terminal (the model's chat template and the node's system prompt, without the pre-started "
