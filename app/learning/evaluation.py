@@ -35,7 +35,7 @@ from statistics import fmean
 
 from ...backends.base import Abandoned, Completion, Sampler, SamplingParams
 from .prompt import STOP, PromptFormat
-from .reward import CLOSE, strict_score
+from .reward import CLOSE, RIGHT, strict_score
 from .tasks import EVAL_SEED, Preset, Task, load_preset, regenerate
 
 EVAL_ITEMS = 240  # the fixed set, spread evenly over the preset's datasets
@@ -202,7 +202,7 @@ def pass_at_k(sampler: Sampler, preset: Preset, prefill_answer: bool, max_new_to
     groups = _generate(sampler, form, tasks, k, params, None)
     right_share, any_right = [], {}
     for task, replies in zip(tasks, groups):
-        right = [form.score(task, r.text, 0.0).strict >= 1.0 - 1e-9 for r in replies]
+        right = [form.score(task, r.text, 0.0).strict >= RIGHT for r in replies]
         right_share.append(fmean(right))
         any_right.setdefault(task.spec.dataset, []).append(float(any(right)))
     return PassAtK(k, fmean(right_share), fmean(v for vs in any_right.values() for v in vs),

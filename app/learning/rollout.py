@@ -16,13 +16,13 @@ from dataclasses import asdict, dataclass
 from statistics import fmean
 
 from ...backends.base import ChatPrompt
+from .reward import RIGHT  # a reply the verifier scored at least this is right
 from .tasks import Task, TaskSpec, regenerate
 
 MIN_SPREAD = 0.05  # the least reward spread a group needs to be trained on
 # Peers' groups are trained on in the round they arrived here or the next, no later (the pool
 # offers them that long, and a group waiting for a step is dropped past it).
 EXTERNAL_MAX_AGE_ROUNDS = 1
-RIGHT = 0.999  # a reply the verifier scored at least this is right
 
 
 @dataclass

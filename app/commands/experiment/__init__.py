@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 
+from ....backends.atomic import write_atomic
 from ...config import load_config
 from ...errors import NodeError
 from ...paths import Paths
@@ -44,8 +45,8 @@ def experiment_command(options: ExperimentOptions, paths: Paths) -> int:
         finished = run_experiment(options, paths, finished=carry)  # carried after each finished run too
         if finished:
             summary = summarise(options)
-            (options.out / "summary.json").write_text(json.dumps(summary, indent=1))
-            (options.out / "table.md").write_text(table(summary))
+            write_atomic(options.out / "summary.json", json.dumps(summary, indent=1))
+            write_atomic(options.out / "table.md", table(summary))
             plot(summary, options.out)
             print(table(summary))
             print(f"experiment: summary.json, table.md and experiment.png / .svg in {options.out}")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from ....backends.atomic import write_atomic
 from ....backends.base import Backend
 from ....backends.factory import build_backend
 from ....backends.settings import BackendSpec
@@ -101,7 +102,7 @@ def run_experiment(options: ExperimentOptions, paths: Paths, build: Callable[[Ba
                 return False
             if chunk.rounds > rounds_before:  # a run already complete took no time worth counting
                 chunk.last_run_s = time.monotonic() - started
-            base_file.write_text(json.dumps(base, indent=1))
+            write_atomic(base_file, json.dumps(base, indent=1))  # read back by a resumed grid: never torn
             finished()
     return True
 
@@ -153,8 +154,8 @@ def _run_config(options: ExperimentOptions, arm: Arm, seed: int, paths: Paths, b
             _evaluate_due(nodes, logs, schedule, design, base)
             chunk.rounds += 1
             progress(f"experiment: {design.name} {arm.name} seed {seed}: round {round_no}/{options.rounds}")
-        (run_dir / "memory.json").write_text(json.dumps({"nodes": options.nodes,
-                                                         "rss_bytes": psutil.Process().memory_info().rss}))
+        write_atomic(run_dir / "memory.json", json.dumps({"nodes": options.nodes,
+                                                          "rss_bytes": psutil.Process().memory_info().rss}))
     finally:
         for node in nodes:
             node.close()
@@ -171,14 +172,14 @@ def _same_plan(options: ExperimentOptions) -> None:
         "tiny": options.tiny, "overrides": options.overrides, "threads": options.threads}, default=list))
     path = options.out / PLAN_FILE
     if not path.exists():
-        path.write_text(json.dumps(plan, indent=1))
+        write_atomic(path, json.dumps(plan, indent=1))
         return
     saved = json.loads(path.read_text())
     # A key an older plan lacks (threads: from 2026-11-26) is not held against the grids it planned,
     # and is written in now, so that every later invocation is held to it.
     changed = sorted(k for k in plan.keys() | saved.keys() if k in saved and plan.get(k) != saved.get(k))
     if not changed and plan.keys() - saved.keys():
-        path.write_text(json.dumps(saved | {k: plan[k] for k in plan.keys() - saved.keys()}, indent=1))
+        write_atomic(path, json.dumps(saved | {k: plan[k] for k in plan.keys() - saved.keys()}, indent=1))
     if changed:
         raise NodeError(f"{options.out} holds a grid planned with other {', '.join(changed)} ({PLAN_FILE}): give the "
                         "flags it was started with, or another --out")
