@@ -58,3 +58,16 @@ def test_the_try_it_copy_is_small_and_answers_with_the_adapter(home, gguf_path):
     print(f"the try-it copy (llama.cpp, base GGUF + adapter, one question's context): +{grown / 1e6:.0f} MB resident")
     assert grown < 400e6  # beside a node's ~1.2-2.2 GB
     assert any(a.trained != a.base for a in answers)  # the adapter is in the trained answers
+
+
+def test_a_finished_run_shows_one_held_out_question_before_and_after(home):
+    from swarmling.app.commands.ask import before_and_after
+    from swarmling.app.config import Config
+
+    config = Config.model_validate({"round": {"preset": "starter"}})
+    shown = before_and_after(config, resolve_paths(home))
+    print(shown)
+    lines = shown.splitlines()
+    assert lines[0].startswith("before and after, on a held-out question no round trained on (the answer: ")
+    assert lines[1].startswith("question: ") and lines[2].startswith("trained (round 3)  <answer>")
+    assert before_and_after(config, resolve_paths(home / "empty")) is None  # no checkpoint yet: nothing to show

@@ -25,6 +25,7 @@ from ..config import Config
 from ..errors import NodeError
 from ..learning.evaluation import near_greedy
 from ..learning.prompt import PromptFormat
+from ..learning.reward import RIGHT
 from ..learning.tasks import load_preset
 from ..models import resolve_model
 from ..paths import Paths
@@ -121,6 +122,39 @@ def format_answers(a: Answers) -> str:
 
     return "\n".join([f"question: {a.question}", row(trained, a.trained), row("base model", a.base),
                       f"({a.seconds:.1f} s; the node's prompt, near-greedy decoding as in its evaluation)"])
+
+
+def before_and_after(config: Config, paths: Paths, threads: int = 1) -> str | None:
+    """What a finished run shows last: one held-out question (never trained on) answered by the
+    base model and by the newest checkpoint, the one of the fixed set's first item per dataset where
+    the trained model is right and the base is not, else where they differ, else the first; None
+    where there is no checkpoint yet."""
+    from ..learning.evaluation import eval_tasks
+
+    preset = load_preset(config.round.preset)
+    tasks = eval_tasks(preset.name)
+    per = max(1, len(tasks) // len(preset.datasets))
+    candidates = tasks[::per][: len(preset.datasets)]
+    tryit = TryIt.for_node(config, paths, threads)
+    try:
+        try:
+            tryit.load(paths.checkpoints)
+        except NodeError:
+            return None
+        asked = [(task, tryit.ask(task.question)) for task in candidates]
+    finally:
+        tryit.close()
+    form = tryit.form
+
+    def right(task, reply: str) -> bool:
+        return form.score(task, reply.removeprefix(form.prefill), 0.0).strict >= RIGHT
+
+    task, answers = next((a for a in asked if right(a[0], a[1].trained) and not right(a[0], a[1].base)),
+                         next((a for a in asked if a[1].trained != a[1].base), asked[0]))
+    verdict = "; ".join(f"{who} {'right' if right(task, reply) else 'wrong'}"
+                        for who, reply in (("trained", answers.trained), ("base", answers.base)))
+    return (f"before and after, on a held-out question no round trained on (the answer: {task.entry['answer']}; "
+            f"{verdict}):\n" + format_answers(answers))
 
 
 class NodeAsker:

@@ -66,7 +66,13 @@ def run_headless(config: Config, paths, rounds: int | None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         node.start()
-        node.run(rounds)
+        done = node.run(rounds)
     finally:
         node.close()
+    if rounds is not None and done == rounds:  # a run of N rounds that ran them: what it learnt, on one question
+        from .ask import before_and_after
+
+        shown = before_and_after(config, paths)
+        if shown:
+            print(shown, flush=True)
     return 0
