@@ -136,7 +136,9 @@ def format_round(m: RoundRecord) -> str:
         train = "train skipped (nothing learnable) "
     return (
         f"round {m.round:>4}  reward {m.reward_mean:.3f} (shaped {m.shaped_reward_mean:.3f})  "
-        f"solved {m.solved}/{m.questions}  learnable {m.learnable_groups}/{m.questions}  tags {m.tag_rate:.0%}  |  "
+        f"solved {m.solved}/{m.questions}  learnable {m.learnable_groups}/{m.questions}  "
+        + (f"{m.rescued_by}  " if m.rescued_groups else "")
+        + f"tags {m.tag_rate:.0%}  |  "
         f"generate {s.get('generate', 0):.1f}s score {s.get('score', 0):.2f}s {train}"
         f"hand-off {s.get('hand-off', 0):.2f}s  |  {m.tokens_per_s:.0f} tok/s"
         + (f"  |  held-out {m.eval_accuracy:.0%} (round {m.eval_of_round})" if m.eval_accuracy is not None else "")

@@ -19,6 +19,7 @@ from swarmling.app.learning.reserved import is_reserved
 from swarmling.app.learning.rollout import QuestionGroup, ScoredCompletion
 from swarmling.app.learning.round import run_round, training_samples
 from swarmling.app.learning.tasks import load_preset
+from swarmling.app.metrics import format_round
 from swarmling.app.swarm.verification.intake import admit_group
 from swarmling.app.swarm.verification.wire import bundle_from_groups
 from swarmling.backends.base import ChatPrompt
@@ -78,6 +79,7 @@ def test_a_peers_right_reply_rescues_a_group_the_node_got_all_wrong_within_two_r
     second = run_round(2, FakeBackend(), PRESET, Curriculum(PRESET), RESCUING, RoundDraws(0, 2),
                        external=[theirs], awaiting_rescue=waiting)
     assert second.record.rescued_groups == 1 and second.record.rescued_replies_by_peer == {PEER: 1}
+    assert "rescued 1 (1 peer)" in format_round(second.record)  # the headless line (the TUI's says the same)
     rescued = next(g for g in second.trained if g.task.question == target.task.question)
     assert rescued.source == "local" and rescued.strict_signal  # the signal it could not have had alone
     assert len(rescued.completions) == len(target.completions) + 1

@@ -152,6 +152,12 @@ class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
     rss_bytes: int = 0
     swarm: SwarmRoundStats | None = None  # None: the swarm is off
 
+    @property
+    def rescued_by(self) -> str:
+        """"rescued 2 (1 peer)": the rescues of this round, for the lines viewers show; "" without."""
+        peers = len(self.rescued_replies_by_peer)
+        return f"rescued {self.rescued_groups} ({peers} peer{'s' if peers != 1 else ''})" if self.rescued_groups else ""
+
     def to_dict(self) -> dict[str, Any]:
         data = msgspec.to_builtins(self)
         for optional in ("train", *EVAL_FIELDS):  # written only on the rounds that have them

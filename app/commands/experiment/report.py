@@ -61,6 +61,8 @@ def summarise(options: ExperimentOptions) -> dict:
                 # round 1 left out of both (warm-up)
                 "node_round_cpu_seconds": _cpu_seconds(options, run_dir),
                 "external_advantage_share": _mean([r.external_advantage_share for recs in records for r in recs]),
+                # rescue's mechanism (learning/rescue.py): own all-wrong groups given a signal by peers
+                "rescued_per_node_round": _mean([r.rescued_groups for recs in records for r in recs]),
                 "backends": sorted({r.backend for recs in records for r in recs if r.backend}),
                 "rss_bytes": _memory(run_dir),
                 # resumed mid-way without what its peers had sent (a kill, not a stop): sharing arms only
@@ -74,6 +76,7 @@ def summarise(options: ExperimentOptions) -> dict:
                           "primary_by_model": _mean_by_model(seeds.values(), "primary_by_model"),
                           # what the mix became: a 2/6 arm trains on fewer peers' groups when peers have few with signal
                           "external_advantage_share": _mean([s["external_advantage_share"] for s in seeds.values()]),
+                          "rescued_per_node_round": _mean([s.get("rescued_per_node_round") for s in seeds.values()]),
                           "primary_se": stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None,
                           "node_round_seconds": _mean([s["node_round_seconds"] for s in seeds.values()]),
                           "node_round_cpu_seconds": _all_or_none([s["node_round_cpu_seconds"] for s in seeds.values()])}
@@ -189,6 +192,10 @@ def table(summary: dict) -> str:
         lines.append(f"| {name} | {len(arm['seeds'])} | {'-' if mean is None else f'{mean:.1%}'}"
                      f"{f' ± {se:.1%}' if se else ''} | {diff} | {detect} | {cost} | "
                      f"{'-' if share is None else f'{share:.0%}'} |")
+    rescued = {name: arm.get("rescued_per_node_round") for name, arm in summary["arms"].items()}
+    if any(rescued.values()):
+        lines += ["", "Groups rescued (own all-wrong groups given a signal by peers' right replies) per node-round: "
+                  + ", ".join(f"{name} {'-' if v is None else f'{v:.2f}'}" for name, v in rescued.items()) + "."]
     for label, c in summary.get("contrasts", {}).items():
         lines += ["", f"{label}, paired by seed ({c['pairs']} pairs): {_difference(c)}"
                       + (f", smallest detectable {c['detectable']:.1%}." if c["pairs"] > 1 else ".")]

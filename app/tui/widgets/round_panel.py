@@ -92,6 +92,8 @@ class RoundPanel(Static):
         text.append(f"last: round {m.round}  ", style="bold")
         text.append(f"reward {m.reward_mean:.2f}  solved {m.solved}/{m.questions}  ")
         text.append(f"learnable {m.learnable_groups}/{m.questions}  {view.external_share}  {m.wall_seconds:.0f}s")
+        if m.rescued_groups:  # peers' right replies gave own all-wrong groups a signal
+            text.append(f"  {m.rescued_by}", style="green")
         if "train" not in m.seconds and m.min_signal_groups:  # the minimum batch is not full yet
             text.append(f"  waiting for learnable groups {m.signal_groups}/{m.min_signal_groups}", style="yellow")
         if m.eval_best_accuracy is not None:
