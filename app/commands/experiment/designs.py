@@ -150,6 +150,6 @@ DESIGNS = {
               Arm("paper-4/4", 4, 4, peer_groups="mix")),
         first_seed=800, preset="starter-2", common_questions=2, contrasts=(("fill+rescue", "fill"),)),
     "volunteer": Design(
-        "volunteer", nodes=1, rounds=60, seeds=2, burn_in=10, eval_every=10, specialities=VOLUNTEER_LEVELS,
+        "volunteer", nodes=1, rounds=60, seeds=5, burn_in=10, eval_every=10, specialities=VOLUNTEER_LEVELS,
         arms=(Arm("alone", 8, 0),), first_seed=700, preset="starter-2"),
 }
