@@ -97,6 +97,14 @@ class CompiledLayers:
         return result
 
 
+def graphs_compiled() -> int:
+    """Graphs torch.compile has built in this process so far (dynamo's count): a stretch of work
+    during which it rose was compiling (bench reports such rounds apart from steady ones)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def cache_folder(cache_dir: Path, compiler: str = "") -> Path:
     """This machine's inductor cache: keyed by torch's version, the instruction set it dispatches
     to (ATEN_CPU_CAPABILITY can lower it), the CPU's flags and the compiler."""

@@ -140,3 +140,17 @@ def test_the_bench_times_the_same_rounds_every_run_unless_a_seed_is_configured()
 
     assert bench_config(load_config(None, environ={})).run.seed == BENCH_SEED
     assert bench_config(load_config(None, environ={}, cli=[("run.seed", 9)])).run.seed == 9
+
+
+def test_steady_state_leaves_out_the_first_round_and_every_round_that_compiled():
+    from types import SimpleNamespace
+
+    from swarmling.app.commands.bench import cold_start_line, steady_rounds
+
+    rows = [SimpleNamespace(round=i, seconds={"train": t}) for i, t in enumerate([69.7, 11.8, 4.0, 4.2, 3.9, 4.1], 1)]
+    steady, note = steady_rounds(rows, compiled={1, 2})
+    assert [r.round for r in steady] == [3, 4, 5, 6] and note == ""
+    assert "69.7" not in cold_start_line(rows, {1, 2}, steady)
+    assert cold_start_line(rows, {1, 2}, steady).split()[1] == f"{(69.7 - 4.05) + (11.8 - 4.05):.2f}"
+    few, note = steady_rounds(rows[:3], compiled={1, 2})  # today's --rounds 3 on a cold cache
+    assert [r.round for r in few] == [3] and "give --rounds 5 or more" in note

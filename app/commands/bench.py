@@ -41,6 +41,7 @@ from ..events import PHASES
 from ..learning.draws import RoundDraws
 from ..learning.round import run_round, training_samples
 from ...backends.base import Backend, GenerationProfile, TrainerSwitches, TrainSample
+from ...backends.torch_compile import graphs_compiled
 
 
 BENCH_SEED = 1  # the rounds every bench times (unless run.seed names others)
@@ -74,7 +75,7 @@ def _bench(node: Node, rounds: int) -> int:
         f"round shape: {settings.questions} questions x {settings.completions} completions, "
         f"up to {settings.max_new_tokens} new tokens, preset {node.preset.name}, seed {node.seed}"
     )
-    rows, outcome = [], None
+    rows, outcome, compiled = [], None, set()  # compiled: rounds during which torch.compile built graphs
     reset_peak_rss()  # the rounds' peak, not the start's one-time model conversion
     with tempfile.TemporaryDirectory(prefix="swarmling-bench-states-") as states:
         largest = None  # (round, its training set, the policy and optimizer it was sampled with)
@@ -82,13 +83,17 @@ def _bench(node: Node, rounds: int) -> int:
             before = Path(states) / f"round-{i}"
             before.mkdir()
             node.backend.save_state(before)
+            graphs = graphs_compiled()
             outcome = run_round(i, node.backend, node.preset, node.curriculum, settings, RoundDraws(node.seed, i))
+            if graphs_compiled() > graphs:
+                compiled.add(i)
             node.curriculum = outcome.curriculum
             m = outcome.record
             rows.append(m)
             s = m.seconds
             cells = "  ".join(f"{p} {s.get(p, 0.0):6.2f}s" for p in PHASES)
-            print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m.tokens_per_s:6.1f} tok/s ({m.generated_tokens} tokens)")
+            print(f"round {i}: {cells}  total {sum(s.values()):6.2f}s  gen {m.tokens_per_s:6.1f} tok/s "
+                  f"({m.generated_tokens} tokens)" + ("  [compiled]" if i in compiled else ""))
             groups = outcome.trained or outcome.groups
             trained = training_samples(groups)
             if any(g.has_signal for g in groups) and (
@@ -98,14 +103,16 @@ def _bench(node: Node, rounds: int) -> int:
                 largest = (i, trained, before)
             else:
                 shutil.rmtree(before, ignore_errors=True)
-        steady = rows[1:] or rows  # the first round pays one-time costs (allocations, caches)
-        print(f"\nmedian over rounds {2 if len(rows) > 1 else 1}..{len(rows)}:")
+        steady, note = steady_rounds(rows, compiled)
+        print(f"\nsteady state, median over rounds {', '.join(str(r.round) for r in steady)}{note}:")
         for p in PHASES:
             print(f"  {p:<9} {statistics.median(r.seconds.get(p, 0.0) for r in steady):7.2f} s")
         total = statistics.median(sum(r.seconds.values()) for r in steady)
         print(f"  {'round':<9} {total:7.2f} s")
         handoff = statistics.median(r.seconds.get("hand-off", 0.0) for r in steady)
         print(f"  {'peak RSS':<9} {peak_rss_bytes() / 1e9:7.2f} GB")
+        if compiled:
+            print(cold_start_line(rows, compiled, steady))
         if largest is not None:
             _compare_training(node.backend, largest[1], f"round {largest[0]}'s", largest[2],
                               checkpointing_required=node.sizing.build.activation_checkpointing
@@ -131,6 +138,29 @@ def _bench(node: Node, rounds: int) -> int:
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")
     return 0
 
+
+
+MIN_STEADY_ROUNDS = 3  # a median of fewer is one round's length, not the machine's rate
+
+
+def steady_rounds(rows: Sequence, compiled: set[int]) -> tuple[list, str]:
+    """The rounds that time the machine's steady state: not the first (one-time allocations and
+    caches), none that compiled; and a note when too few are left to mean something."""
+    steady = [r for r in rows[1:] if r.round not in compiled]
+    if len(steady) >= MIN_STEADY_ROUNDS:
+        return steady, ""
+    if not steady:
+        steady = [r for r in rows if r.round not in compiled] or list(rows)
+    return steady, (f"; only {len(steady)} steady round{'s' if len(steady) != 1 else ''}: give --rounds "
+                    f"{len(rows) + MIN_STEADY_ROUNDS - len(steady)} or more for a median that means something")
+
+
+def cold_start_line(rows: Sequence, compiled: set[int], steady: Sequence) -> str:
+    """What compiling cost: the compiled rounds' training beyond a steady round's, their sum."""
+    train = statistics.median(r.seconds.get("train", 0.0) for r in steady)
+    extra = sum(max(0.0, r.seconds.get("train", 0.0) - train) for r in rows if r.round in compiled)
+    return (f"  {'compiling':<9} {extra:7.2f} s  once (training of round {', '.join(map(str, sorted(compiled)))} "
+            f"beyond a steady round's; a warm compile cache makes it less)")
 
 
 def peak_rss_bytes() -> int:
