@@ -193,10 +193,11 @@ class PassAtK:
 
 
 def pass_at_k(sampler: Sampler, preset: Preset, prefill_answer: bool, max_new_tokens: int, k: int,
-              temperature: float, seed: int = EVAL_SAMPLING_SEED) -> PassAtK:
-    """K replies per fixed item at `temperature` (the training one): pass@1 and pass@K."""
+              temperature: float, seed: int = EVAL_SAMPLING_SEED, tasks: Sequence[Task] | None = None) -> PassAtK:
+    """K replies per item at `temperature` (the training one): pass@1 and pass@K, on the fixed
+    set or on `tasks` (an experiment's held-out items)."""
     started = time.perf_counter()
-    tasks = eval_tasks(preset.name)
+    tasks = eval_tasks(preset.name) if tasks is None else tasks
     form = PromptFormat(prefill_answer)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, stop=STOP, seed=seed)
     groups = _generate(sampler, form, tasks, k, params, None)
