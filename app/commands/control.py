@@ -42,6 +42,9 @@ def control_command(paths, cmd: str, as_json: bool) -> int:
     host = status.get("swarm_host")
     if host and host.get("reachability_text"):
         print(f"reach    {host['reachability_text']}")
+    if host and host.get("cut_off_rounds"):
+        print(f"gossip   in no gossip mesh for {host['cut_off_rounds']} rounds while connected: "
+              "peers' announcements are not reaching this node")
     if host and (host["restarts"] or not host["running"]):
         state = "running" if host["running"] else "restarting"
         print(f"swarm    host {state}, restarted {host['restarts']}x (last failure: {host['last_error'] or '-'})")

@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # the network pulls in libp2p: imported only when the swarm i
     from .network import SwarmNetwork
 
 
+CUT_OFF_ROUNDS = 3  # rounds connected but outside every gossip mesh before the node says so
+
 class OfflineSwarm:
     """No network: peers' groups come only through `inbox.offer()`."""
 
@@ -98,6 +100,8 @@ class OnlineSwarm(OfflineSwarm):
         self.name = network.settings.name
         self.peer_id = network.peer_id
         self._alone: bool | None = None  # whether the last round had no peers, to say it once
+        self._meshless_rounds = 0  # rounds in a row connected to peers but in no gossip mesh
+        self._was_cut_off = False
         self._restarts_told = 0
 
     @property
@@ -123,6 +127,7 @@ class OnlineSwarm(OfflineSwarm):
         self.network.record_intake(admitted, trained)
         stats = self.network.round_stats()
         self._say_if_alone(stats.peers)
+        self._say_if_cut_off(stats)
         return stats
 
     def _say_if_alone(self, peers: int) -> None:
@@ -132,6 +137,20 @@ class OnlineSwarm(OfflineSwarm):
         elif not alone and self._alone:
             self.emit(Notice("info", f"connected to {peers} peer(s)"))
         self._alone = alone
+
+    def _say_if_cut_off(self, stats: SwarmRoundStats) -> None:
+        """Connected, yet in no gossip mesh: announcements no longer reach this node (issue 41
+        measured it under a slow-loris fetch attack: the mesh emptied while 15-40 peers stayed
+        connected, and the node trained on no peer's group for 120 rounds without a word). Said
+        once after CUT_OFF_ROUNDS such rounds, and again when it heals; `status` shows it."""
+        cut_off = stats.peers > 0 and stats.mesh_peers == 0
+        self._meshless_rounds = self._meshless_rounds + 1 if cut_off else 0
+        if self._meshless_rounds == CUT_OFF_ROUNDS:
+            self.emit(Notice("warning", f"connected to {stats.peers} peer(s) but in no gossip mesh for {CUT_OFF_ROUNDS} "
+                                        "rounds: peers' announcements are not reaching this node"))
+        elif not cut_off and self._was_cut_off:
+            self.emit(Notice("info", f"back in the gossip mesh ({stats.mesh_peers} peer(s))"))
+        self._was_cut_off = self._meshless_rounds >= CUT_OFF_ROUNDS
 
     def announce_state(self) -> None:
         bytes_in, bytes_out = self.network.totals()
@@ -149,7 +168,9 @@ class OnlineSwarm(OfflineSwarm):
         h = self.network.health()
         reach = self.network.reachability()
         return {"running": h.running, "restarts": h.restarts, "last_error": h.last_error,
-                "reachability": reach.state, "reachability_text": reach.describe()}
+                "reachability": reach.state, "reachability_text": reach.describe(),
+                # rounds in a row outside every gossip mesh while connected, once it is worth saying (0: not)
+                "cut_off_rounds": self._meshless_rounds if self._was_cut_off else 0}
 
     def stop(self) -> None:
         self.network.stop()
