@@ -1,7 +1,11 @@
-"""One SAPO round: sample tasks → generate G completions each → score → build the training set
-(own groups with signal, peers' in the places left; zero-advantage groups dropped) → one GRPO
-update once enough groups with right and wrong replies have accumulated → hand-off.
+"""One SAPO round, as steps that each return a value: draw the tasks → generate G completions each
+→ score → (share) → build the training set (own groups with signal, rescued ones, peers' in the
+places left; zero-advantage groups dropped) → one GRPO update once enough groups with right and
+wrong replies have accumulated → hand-off → the record, assembled from those values. The node
+runs the steps itself, with the swarm and the held-out score between (node/loop.py:
+Node._run_round); `run_round` runs them for a caller that is not a node (bench, tests).
 
+No network, no config: the round's settings come in as RoundSettings (node/round_settings.py).
 The round owns no state of its own: the curriculum, the RNG and the groups waiting for a step are
 passed in and only committed after the round succeeded, so an abandoned round changes nothing.
 """
@@ -17,10 +21,9 @@ from statistics import fmean
 
 import psutil
 
-from ...backends.base import Abandoned, Backend, SamplingParams, StopCheck, TrainSample
-from ..config import Config
+from ...backends.base import (Abandoned, Backend, ChatPrompt, GenerationResult, SamplingParams, StopCheck, TrainSample,
+                              TrainStats)
 from .curriculum import ALL_RIGHT, ALL_WRONG, MIXED, Curriculum, group_outcome
-from ..sizing import RoundShape
 from .prompt import STOP, PromptFormat
 from .rollout import QuestionGroup, ScoredCompletion, ShareCallback
 from .draws import RoundDraws
@@ -29,8 +32,8 @@ from .round_record import RoundRecord, SwarmRoundStats, TrainRecord
 from .group_selection import Selection, select_groups
 from .screening import Screening, screen_peer_text
 from .reserved import draw_task, of_preset, unreserved
-from .rescue import awaits_rescue, common_task, rescue
-from .tasks import Preset
+from .rescue import Rescue, awaits_rescue, common_task, rescue
+from .tasks import Preset, Task
 
 @dataclass(frozen=True)
 class RoundSettings:
@@ -59,27 +62,6 @@ class RoundSettings:
     @property
     def prompt_format(self) -> PromptFormat:
         return PromptFormat(self.prefill_answer)
-
-    @classmethod
-    def from_config(cls, config: Config, shape: RoundShape) -> RoundSettings:
-        """The round's shape as configured, with what was left to the hardware filled in."""
-        return cls(
-            questions=shape.questions,
-            completions=shape.completions,
-            max_new_tokens=shape.max_new_tokens,
-            temperature=config.round.temperature,
-            local_groups=shape.local_groups,
-            external_groups=config.round.external_groups,
-            prefill_answer=config.reward.prefill_answer,
-            format_bonus=config.reward.format_bonus,
-            max_groups_per_peer=config.round.max_groups_per_peer,
-            fill=config.round.peer_groups == "fill",
-            min_signal_groups=config.train.min_signal_groups,
-            external_text_margin=config.train.external_text_margin,
-            common_questions=min(config.round.common_questions, shape.questions),
-            rescue=config.round.rescue,
-            swarm=config.swarm.name,
-        )
 
 
 @dataclass
@@ -127,50 +109,102 @@ def run_round(
     waiting: Sequence[QuestionGroup] = (),
     awaiting_rescue: Sequence[QuestionGroup] = (),
 ) -> RoundOutcome:
-    started = time.time()
-    stop = should_stop or (lambda: False)
+    """The round's steps in order for a caller that is not a node (bench, tests): the node runs
+    the same steps itself, with the swarm and the held-out score between (node/loop.py)."""
+    started, watch = time.time(), Stopwatch()
     phase = on_phase or (lambda name: None)
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = timings.get(name, 0.0) + now - clock
-        clock = now
-
-    # 1. tasks, picked by the node's own curriculum; the first ones from the swarm's common stream
-    # (where peers meet on the same questions: learning/rescue.py); never a held-out question
-    # (learning/reserved.py)
     phase("tasks")
+    drawn = draw(preset, curriculum, settings, draws)
+    watch.lap("tasks")
+    phase("generate")
+    generated = generate(backend, drawn, settings, draws, should_stop, on_progress)
+    watch.lap("generate")
+    phase("score")
+    scored = score(drawn, generated, settings, curriculum)
+    watch.lap("score")
+    if share is not None:
+        phase("share")
+        share(scored.groups)
+        watch.lap("share")
+    phase("sample")
+    batch = select(round_no, scored, external() if callable(external) else external, settings, draws, backend,
+                   preset, waiting, awaiting_rescue)
+    watch.lap("sample")
+    update = train(backend, batch, watch, should_stop, phase, on_progress)
+    closing = close(update.trained, batch.used_external) if close is not None else RoundClosing()
+    return assemble(round_no, started, watch, curriculum, settings, preset, backend.info().name, scored, batch,
+                    update, closing)
+
+
+class Stopwatch:
+    """Seconds per phase of a round, lap by lap (a phase run twice adds up)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._clock = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._clock
+        self._clock = now
+
+
+# ---- 1. tasks ----------------------------------------------------------------------------------
+@dataclass
+class Drawn:
+    picks: list[tuple[str, int]]  # (dataset, level) of each question
+    tasks: list[Task]
+    prompts: list[ChatPrompt]  # each task as the node asks it
+    common: set[str]  # the questions from the swarm's common stream
+
+
+def draw(preset: Preset, curriculum: Curriculum, settings: RoundSettings, draws: RoundDraws) -> Drawn:
+    """The round's questions, picked by the node's own curriculum; the first ones from the swarm's
+    common stream (where peers meet on the same questions: learning/rescue.py); never a held-out
+    question (learning/reserved.py)."""
     rng = draws.stream("tasks")
     picks = curriculum.pick(rng, settings.questions)
     tasks = [common_task(preset, dataset, level, settings.swarm, draws.common_window, rng)
              if i < settings.common_questions else draw_task(preset, dataset, level, rng)
              for i, (dataset, level) in enumerate(picks)]
-    common = {t.question for t in tasks[:settings.common_questions]}
-    form = settings.prompt_format
-    prompts = [form.prompt(t.question) for t in tasks]
-    lap("tasks")
+    prompts = [settings.prompt_format.prompt(t.question) for t in tasks]
+    return Drawn(picks, tasks, prompts, {t.question for t in tasks[:settings.common_questions]})
 
-    # 2. generate
-    phase("generate")
+
+# ---- 2. generate ---------------------------------------------------------------------------------
+def generate(backend: Backend, drawn: Drawn, settings: RoundSettings, draws: RoundDraws,
+             should_stop: StopCheck | None = None, on_progress: PhaseProgress | None = None) -> GenerationResult:
+    """G replies to each question, with the sampler's log-probs; Abandoned when told to stop."""
     params = SamplingParams(
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
         stop=STOP,
         seed=int(draws.stream("sampling").integers(2**31)),
     )
-    gen = backend.generate(prompts, settings.completions, params, stop, _in_phase(on_progress, "generate"))
-    if any(c.finish_reason == "abandoned" for group in gen.completions for c in group):
+    generated = backend.generate(drawn.prompts, settings.completions, params, should_stop or (lambda: False),
+                                 _in_phase(on_progress, "generate"))
+    if any(c.finish_reason == "abandoned" for group in generated.completions for c in group):
         raise Abandoned("generation abandoned")
-    lap("generate")
+    return generated
 
-    # 3. score against the locally regenerated tasks
-    phase("score")
+
+# ---- 3. score ------------------------------------------------------------------------------------
+@dataclass
+class Scored:
+    groups: list[QuestionGroup]
+    distinct_answers: list[int]  # per group
+    format_bonus: float
+    generated: GenerationResult
+    common: set[str]  # the questions from the swarm's common stream (Drawn.common)
+
+
+def score(drawn: Drawn, generated: GenerationResult, settings: RoundSettings, curriculum: Curriculum) -> Scored:
+    """Every reply scored against the locally regenerated task, by this node's own verifier."""
+    form = settings.prompt_format
     bonus = curriculum.format_bonus(settings.format_bonus)
     groups, distinct_answers = [], []
-    for task, (_, level), prompt, prompt_ids, completions in zip(tasks, picks, prompts, gen.prompt_ids, gen.completions):
+    for task, (_, level), prompt, prompt_ids, completions in zip(drawn.tasks, drawn.picks, drawn.prompts,
+                                                                 generated.prompt_ids, generated.completions):
         scored, answers = [], set()
         for c in completions:
             s = form.score(task, c.text, bonus)
@@ -178,29 +212,46 @@ def run_round(
             answers.add(s.answer)
         groups.append(QuestionGroup(task, level, prompt, prompt_ids, scored))
         distinct_answers.append(len(answers))
-    lap("score")
+    return Scored(groups, distinct_answers, bonus, generated, drawn.common)
 
-    # 4. share the round's groups with the swarm (returns at once; the network is another thread)
-    if share is not None:
-        phase("share")
-        share(groups)
-        lap("share")
 
-    # 5. build the training set: every own group with signal, and peers' groups in the places left,
-    # up to J (or the paper's fixed I local + J external: learning/group_selection.py). Peers'
-    # groups are taken only now, so bundles fetched while we generated are already in.
-    phase("sample")
-    if callable(external):
-        external = external()
+# ---- 5. select -----------------------------------------------------------------------------------
+@dataclass
+class Batch:
+    """What the round trains on, and what it set aside."""
+
+    offered: list[QuestionGroup]  # every peer group offered this round
+    selection: Selection
+    screening: Screening | None
+    held_out: list[QuestionGroup]  # peers' groups on held-out questions
+    other_preset: list[QuestionGroup]  # peers' groups of another preset
+    rescued: Rescue | None
+    own: list[QuestionGroup]  # this node's groups, rescued ones included
+    groups: list[QuestionGroup]  # the batch: groups that waited for a step and this round's selection
+    samples: list[TrainSample]
+    signal_groups: int
+    ready: bool  # the minimum batch is reached
+    min_signal_groups: int
+    used_external: list[QuestionGroup]  # peers' groups that leave the pool: taken, screened out, set aside or rescuing
+
+
+def select(round_no: int, scored: Scored, external: Sequence[QuestionGroup], settings: RoundSettings,
+           draws: RoundDraws, backend: Backend, preset: Preset, waiting: Sequence[QuestionGroup] = (),
+           awaiting_rescue: Sequence[QuestionGroup] = ()) -> Batch:
+    """The training set: every own group with signal, and peers' groups in the places left, up to J
+    (or the paper's fixed I local + J external: learning/group_selection.py); own all-wrong groups
+    on common questions rescued by peers' right replies first. `external`: peers' verified groups,
+    taken only now, so bundles fetched while the node generated are in."""
+    groups = scored.groups
     offered = list(external)
-    external, other_preset = of_preset(external, preset.name)  # another preset's tasks: not this node's to learn
+    external, other_preset = of_preset(offered, preset.name)  # another preset's tasks: not this node's to learn
     external, held_out = unreserved(external, preset.name)  # a peer's group on a held-out question: never trained on
     # Rescue: own all-wrong groups on common questions (this round's, and earlier ones still
     # waiting) with peers' right replies on the same question added. A peer's group that rescued
     # one is not trained on again beside it.
-    own = groups
-    rescued = None
+    own, rescued, helped = groups, None, set()
     if settings.rescue:
+        common = scored.common
         fresh = [replace(g, sampled_round=round_no) for g in groups if awaits_rescue(g, common)]
         rescued = rescue([*awaiting_rescue, *fresh], external, round_no)
         helped = {g.task.question for g in rescued.rescued}
@@ -222,33 +273,46 @@ def run_round(
     signal_groups = sum(g.strict_signal for g in batch)
     samples = training_samples(batch)
     ready = signal_groups >= settings.min_signal_groups and any(s.advantage != 0 for s in samples)
-    lap("sample")
+    # taken by the batch (trained now, or waiting), screened out, set aside, or used by a rescue
+    used = list(selection.external) + (screening.dropped if screening else []) + held_out + other_preset
+    taken = {id(g) for g in used}
+    used += [g for g in offered if g.task.question in helped and id(g) not in taken]
+    return Batch(offered, selection, screening, held_out, other_preset, rescued, own, batch, samples, signal_groups,
+                 ready, settings.min_signal_groups, used)
 
-    # 6. one GRPO update, once enough groups with right and wrong replies have accumulated,
-    # and 7. hand-off
-    train_stats = None
-    handoff_s = 0.0
-    if ready:
-        phase("train")
-        train_stats = backend.train_step(samples, stop, _in_phase(on_progress, "train"))
-        lap("train")
-        phase("hand-off")
-        handoff_s = backend.hand_off()
-        lap("hand-off")
 
-    trained = batch if train_stats else []
-    still_waiting = [] if train_stats else _bounded_wait(batch, settings.min_signal_groups)
-    # taken by the batch (trained now, or waiting), or screened out
-    used_external = list(selection.external) + (screening.dropped if screening else []) + held_out + other_preset
-    if rescued is not None:
-        taken = {id(g) for g in used_external}
-        used_external += [g for g in offered if g.task.question in helped and id(g) not in taken]
+# ---- 6. train and 7. hand off -------------------------------------------------------------------
+@dataclass
+class Update:
+    stats: TrainStats | None  # None: no step this round (the minimum batch is not reached)
+    handoff_seconds: float
+    trained: list[QuestionGroup]  # every group the update used
+    waiting: list[QuestionGroup]  # selected, waiting for the next step
 
-    # 8. close: what the caller measures now that the update is applied (the swarm's figures, a
-    # held-out score when one is due), for the record
-    closing = close(trained, used_external) if close is not None else RoundClosing()
 
-    # Commit curriculum progress on a copy: the caller keeps it only with the checkpoint.
+def train(backend: Backend, batch: Batch, watch: Stopwatch, should_stop: StopCheck | None = None,
+          on_phase: PhaseCallback | None = None, on_progress: PhaseProgress | None = None) -> Update:
+    """One GRPO update once enough groups with right and wrong replies have accumulated, and the
+    adapter handed to the sampler; else the batch waits (bounded)."""
+    phase = on_phase or (lambda name: None)
+    if not batch.ready:
+        return Update(None, 0.0, [], _bounded_wait(batch.groups, batch.min_signal_groups))
+    phase("train")
+    stats = backend.train_step(batch.samples, should_stop or (lambda: False), _in_phase(on_progress, "train"))
+    watch.lap("train")
+    phase("hand-off")
+    handoff = backend.hand_off()
+    watch.lap("hand-off")
+    return Update(stats, handoff, batch.groups, [])
+
+
+# ---- 8. the record --------------------------------------------------------------------------------
+def assemble(round_no: int, started: float, watch: Stopwatch, curriculum: Curriculum, settings: RoundSettings,
+             preset: Preset, backend_name: str, scored: Scored, batch: Batch, update: Update,
+             closing: RoundClosing) -> RoundOutcome:
+    """The round's outcome from its steps' values (pure but for the clock and the process's memory):
+    the record, and the curriculum's progress on a copy, which the caller keeps only with the checkpoint."""
+    groups, generated, train_stats, trained = scored.groups, scored.generated, update.stats, update.trained
     updated = copy.deepcopy(curriculum)
     for g in groups:
         updated.record(g.task.spec.dataset, g.level, [c.strict for c in g.completions])
@@ -256,6 +320,7 @@ def run_round(
     trained_external = [g for g in trained if g.source != "local"]
     tag_rate = fmean(c.well_formed for c in completions)
     updated.record_tag_rate(tag_rate)
+    selection, screening, rescued, offered = batch.selection, batch.screening, batch.rescued, batch.offered
 
     per_dataset: dict[str, list[float]] = {}
     for g in groups:
@@ -264,7 +329,7 @@ def run_round(
         round=round_no,
         reward_mean=fmean(c.strict for c in completions),
         shaped_reward_mean=fmean(c.reward for c in completions),
-        format_bonus=bonus,
+        format_bonus=scored.format_bonus,
         tag_rate=tag_rate,
         questions=len(groups),
         completions=len(completions),
@@ -276,11 +341,11 @@ def run_round(
         # Peers' groups as this node's own verifier scored them: the swarm-wide comparison the
         # viewers show, without trusting anything a peer claims about itself.
         external_reward_mean=fmean(c.strict for g in offered for c in g.completions) if offered else None,
-        trained_samples=len(samples) if train_stats else 0,
-        generated_tokens=gen.generated_tokens,
-        prefill_tokens=gen.prefill_tokens,
-        tokens_per_s=gen.tokens_per_s,
-        seconds={k: round(v, 3) for k, v in timings.items()} | {"hand-off": round(handoff_s, 3)},
+        trained_samples=len(batch.samples) if train_stats else 0,
+        generated_tokens=generated.generated_tokens,
+        prefill_tokens=generated.prefill_tokens,
+        tokens_per_s=generated.tokens_per_s,
+        seconds={k: round(v, 3) for k, v in watch.seconds.items()} | {"hand-off": round(update.handoff_seconds, 3)},
         per_dataset={k: fmean(v) for k, v in sorted(per_dataset.items())},
         levels=updated.levels(),
         format_only_share=fmean(g.format_only for g in trained) if train_stats else None,
@@ -289,12 +354,12 @@ def run_round(
         if trained_external else None,
         external_groups_by_peer=dict(Counter(g.source for g in trained_external)),
         token_entropy=_token_entropy(completions),
-        distinct_answers=fmean(distinct_answers),
+        distinct_answers=fmean(scored.distinct_answers),
         group_outcomes=_outcome_shares(groups),
-        signal_groups=signal_groups,
-        learnable_groups=sum(g.strict_signal for g in own if g.sampled_round in (None, round_no)),  # this round's
+        signal_groups=batch.signal_groups,
+        learnable_groups=sum(g.strict_signal for g in batch.own if g.sampled_round in (None, round_no)),  # this round's
         min_signal_groups=settings.min_signal_groups,
-        waiting_groups=len(still_waiting),
+        waiting_groups=len(update.waiting),
         train=None if train_stats is None else TrainRecord(
             loss=train_stats.loss,
             tokens=train_stats.tokens,
@@ -314,21 +379,21 @@ def run_round(
         eval_best_of_round=closing.best[1] if closing.best else None,
         external_rejected=closing.external_rejected,
         external_screened=len(screening.dropped) if screening else 0,
-        external_held_out=len(held_out),
-        external_other_preset=len(other_preset),
+        external_held_out=len(batch.held_out),
+        external_other_preset=len(batch.other_preset),
         external_text_surprise=screening.highest if screening else None,
         timestamp=started,
         wall_seconds=round(time.time() - started, 3),
         model=settings.model,
         preset=preset.name,
-        backend=backend.info().name,
+        backend=backend_name,
         rss_bytes=psutil.Process().memory_info().rss,
         swarm=closing.swarm,
         rescued_groups=len(rescued.rescued) if rescued else 0,
         rescued_replies_by_peer=dict(rescued.by_peer) if rescued else {},
         awaiting_rescue=len(rescued.still_waiting) if rescued else 0,
     )
-    return RoundOutcome(record, groups, updated, used_external, trained, still_waiting,
+    return RoundOutcome(record, groups, updated, batch.used_external, trained, update.waiting,
                         rescued.still_waiting if rescued else [])
 
 

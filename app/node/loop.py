@@ -39,7 +39,8 @@ from ..learning.evaluation import EvalResult, evaluate
 from ..learning.prompt import PromptFormat
 from ..learning.rescue import clock_window
 from ..learning.rollout import QuestionGroup
-from ..learning.round import RoundClosing, RoundSettings, run_round
+from ..learning.round import (RoundClosing, RoundSettings, Stopwatch, assemble, draw, generate, score, select,
+                              train)
 from ..learning.tasks import Preset, load_preset
 from ..metrics import append_record, reconcile
 from ..models import ResolvedModel, resolve_model
@@ -57,6 +58,7 @@ from .lifecycle import Intent, Lifecycle
 from .progress import ProgressReporter
 from .reconfigure import check_runnable, live_shape, restart_keys
 from .resume import find_start, restore, write_checkpoint
+from .round_settings import round_settings
 from .state_lock import StateDirLock
 from .steering import NodeControls
 from .status import StatusBoard
@@ -168,9 +170,7 @@ class Node(NodeControls):
         self._guest.start()
 
     def round_settings(self) -> RoundSettings:
-        # Sampling temperature is the backend's: the trainer scores at the one it was built with.
-        return replace(RoundSettings.from_config(self.config, self.sizing.shape), temperature=self.slot.spec.temperature,
-                       model=self.model.name)
+        return round_settings(self.config, self.sizing.shape, self.slot.spec.temperature, self.model.name)
 
     def check_config(self, config: Config) -> None:
         """Raise ConfigError when this machine cannot run `config` (a memory ceiling that no round
@@ -218,32 +218,47 @@ class Node(NodeControls):
         return done
 
     def _run_round(self, round_no: int) -> None:
+        """One round, step by step (learning/round.py), with the swarm and the held-out score between."""
         self._rounds_begun = True
-        prefill = self.prompt_format.prefill
+        started, watch = time.time(), Stopwatch()
+        settings, backend = self.round_settings(), self.slot.backend
+        stop, progress = self._drops_round, ProgressReporter(round_no, self.emit)
         last = self.board.last_record
         # The common stream's window (learning/rescue.py): the clock's, or the round's in lockstep runs
         window = clock_window(time.time()) if self.config.round.common_window == "clock" else None
         draws = RoundDraws(self.seed, round_no, window)
         # Which bundles to fetch depends on what the network delivered: a stream of its own.
         self.swarm.start_round(draws.stream("fetches"), inbound_budget(self.config, last.wall_seconds if last else None))
-        outcome = run_round(
-            round_no,
-            self.slot.backend,
-            self.preset,
-            self.curriculum,
-            self.round_settings(),
-            draws,
-            # Peers' bundles that arrived while we generated are verified when the round samples.
-            external=lambda: self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0,
-                                                        round_no),
-            should_stop=self._drops_round,
-            on_phase=lambda phase: self._on_phase(round_no, phase),
-            share=self.swarm.sharer(round_no, prefill),
-            on_progress=ProgressReporter(round_no, self.emit),
-            close=lambda trained, used: self._close_round(round_no, trained, used),
-            waiting=self.waiting,
-            awaiting_rescue=self.awaiting_rescue,
-        )
+        # 1. tasks, 2. generate, 3. score
+        self._on_phase(round_no, "tasks")
+        drawn = draw(self.preset, self.curriculum, settings, draws)
+        watch.lap("tasks")
+        self._on_phase(round_no, "generate")
+        generated = generate(backend, drawn, settings, draws, stop, progress)
+        watch.lap("generate")
+        self._on_phase(round_no, "score")
+        scored = score(drawn, generated, settings, self.curriculum)
+        watch.lap("score")
+        # 4. share the round's groups with the swarm (returns at once; the network is another thread)
+        prefill = self.prompt_format.prefill
+        share = self.swarm.sharer(round_no, prefill)
+        if share is not None:
+            self._on_phase(round_no, "share")
+            share(scored.groups)
+            watch.lap("share")
+        # 5. peers' groups, verified now (bundles fetched while we generated are in), and the training set
+        self._on_phase(round_no, "sample")
+        external = self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0, round_no)
+        batch = select(round_no, scored, external, settings, draws, backend, self.preset, self.waiting,
+                       self.awaiting_rescue)
+        watch.lap("sample")
+        # 6. one GRPO update once the minimum batch is reached, and 7. the hand-off
+        update = train(backend, batch, watch, stop, lambda phase: self._on_phase(round_no, phase), progress)
+        # 8. the swarm's round ends, and the held-out score when due (the update is applied)
+        closing = self._close_round(round_no, update.trained, batch.used_external)
+        # 9. the record, then the checkpoint
+        outcome = assemble(round_no, started, watch, self.curriculum, settings, self.preset, backend.info().name,
+                           scored, batch, update, closing)
         write_checkpoint(
             self.paths.checkpoints, round_no, seed=self.seed, model=self.model.name,
             curriculum=outcome.curriculum, waiting=outcome.waiting, awaiting_rescue=outcome.awaiting_rescue,
@@ -265,11 +280,11 @@ class Node(NodeControls):
                      used_external: Sequence[QuestionGroup]) -> RoundClosing:
         """The round's update is applied: the swarm's figures, and the held-out score when due."""
         rejected, swarm_stats = self.swarm.finish_round(trained, used_external)
-        score = self.held_out.after_round(round_no)
+        held_out = self.held_out.after_round(round_no)
         best = self.best.best
-        if score is not None and self.best.improves(score[0].accuracy, score[1]):
-            best = Best(score[0].accuracy, score[1])  # kept once its checkpoint is written
-        return RoundClosing(rejected, swarm_stats, score, (best.accuracy, best.round) if best else None)
+        if held_out is not None and self.best.improves(held_out[0].accuracy, held_out[1]):
+            best = Best(held_out[0].accuracy, held_out[1])  # kept once its checkpoint is written
+        return RoundClosing(rejected, swarm_stats, held_out, (best.accuracy, best.round) if best else None)
 
     def _base_score_key(self) -> tuple:
         """What the base model's held-out score depends on (an experiment's nodes share it)."""
