@@ -303,6 +303,8 @@ def train(backend: Backend, batch: Batch, watch: Stopwatch, should_stop: StopChe
     phase("hand-off")
     handoff = backend.hand_off()
     watch.lap("hand-off")
+    if not stats:  # a backend that found nothing to step on: the batch waits on
+        return Update(None, handoff, [], _bounded_wait(batch.groups, batch.min_signal_groups))
     return Update(stats, handoff, batch.groups, [])
 
 
