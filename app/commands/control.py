@@ -27,8 +27,8 @@ def control_command(paths, cmd: str, as_json: bool) -> int:
     last = status.get("last_round")
     if last:
         learnable = f", learnable {last['learnable_groups']}/{last['questions']}" if "learnable_groups" in last else ""
-        if last.get("rescued_groups"):  # peers' right replies on questions it got all wrong
-            learnable += f", rescued {last['rescued_groups']} by {len(last['rescued_replies_by_peer'])} peer(s)"
+        if last.get("rescued_by"):  # peers' right replies on questions it got all wrong
+            learnable += f", {last['rescued_by']}"
         print(f"last     round {last['round']}: reward {last['reward_mean']:.3f}, solved {last['solved']}/"
               f"{last['questions']}{learnable}, {last['wall_seconds']:.0f} s")
     if status.get("best"):

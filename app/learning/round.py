@@ -113,15 +113,7 @@ def run_round(
     the same steps itself, with the swarm and the held-out score between (node/loop.py)."""
     started, watch = time.time(), Stopwatch()
     phase = on_phase or (lambda name: None)
-    phase("tasks")
-    drawn = draw(preset, curriculum, settings, draws)
-    watch.lap("tasks")
-    phase("generate")
-    generated = generate(backend, drawn, settings, draws, should_stop, on_progress)
-    watch.lap("generate")
-    phase("score")
-    scored = score(drawn, generated, settings, curriculum)
-    watch.lap("score")
+    scored = own_groups(backend, preset, curriculum, settings, draws, watch, should_stop, phase, on_progress)
     if share is not None:
         phase("share")
         share(scored.groups)
@@ -130,7 +122,7 @@ def run_round(
     batch = select(round_no, scored, external() if callable(external) else external, settings, draws, backend,
                    preset, waiting, awaiting_rescue)
     watch.lap("sample")
-    update = train(backend, batch, watch, should_stop, phase, on_progress)
+    update = train(backend, batch, settings, watch, should_stop, phase, on_progress)
     closing = close(update.trained, batch.used_external) if close is not None else RoundClosing()
     return assemble(round_no, started, watch, curriculum, settings, preset, backend.info().name, scored, batch,
                     update, closing)
@@ -147,6 +139,24 @@ class Stopwatch:
         now = time.perf_counter()
         self.seconds[name] = self.seconds.get(name, 0.0) + now - self._clock
         self._clock = now
+
+
+# ---- 1.-3. this round's own groups -------------------------------------------------------------
+def own_groups(backend: Backend, preset: Preset, curriculum: Curriculum, settings: RoundSettings, draws: RoundDraws,
+               watch: Stopwatch, should_stop: StopCheck | None = None, on_phase: PhaseCallback | None = None,
+               on_progress: PhaseProgress | None = None) -> Scored:
+    """Steps 1 to 3, each its phase and lap: draw the tasks, generate G replies each, score them."""
+    phase = on_phase or (lambda name: None)
+    phase("tasks")
+    drawn = draw(preset, curriculum, settings, draws)
+    watch.lap("tasks")
+    phase("generate")
+    generated = generate(backend, drawn, settings, draws, should_stop, on_progress)
+    watch.lap("generate")
+    phase("score")
+    scored = score(drawn, generated, settings, curriculum)
+    watch.lap("score")
+    return scored
 
 
 # ---- 1. tasks ----------------------------------------------------------------------------------
@@ -231,7 +241,6 @@ class Batch:
     samples: list[TrainSample]
     signal_groups: int
     ready: bool  # the minimum batch is reached
-    min_signal_groups: int
     used_external: list[QuestionGroup]  # peers' groups that leave the pool: taken, screened out, set aside or rescuing
 
 
@@ -278,7 +287,7 @@ def select(round_no: int, scored: Scored, external: Sequence[QuestionGroup], set
     taken = {id(g) for g in used}
     used += [g for g in offered if g.task.question in helped and id(g) not in taken]
     return Batch(offered, selection, screening, held_out, other_preset, rescued, own, batch, samples, signal_groups,
-                 ready, settings.min_signal_groups, used)
+                 ready, used)
 
 
 # ---- 6. train and 7. hand off -------------------------------------------------------------------
@@ -290,21 +299,22 @@ class Update:
     waiting: list[QuestionGroup]  # selected, waiting for the next step
 
 
-def train(backend: Backend, batch: Batch, watch: Stopwatch, should_stop: StopCheck | None = None,
-          on_phase: PhaseCallback | None = None, on_progress: PhaseProgress | None = None) -> Update:
+def train(backend: Backend, batch: Batch, settings: RoundSettings, watch: Stopwatch,
+          should_stop: StopCheck | None = None, on_phase: PhaseCallback | None = None,
+          on_progress: PhaseProgress | None = None) -> Update:
     """One GRPO update once enough groups with right and wrong replies have accumulated, and the
     adapter handed to the sampler; else the batch waits (bounded)."""
     phase = on_phase or (lambda name: None)
-    if not batch.ready:
-        return Update(None, 0.0, [], _bounded_wait(batch.groups, batch.min_signal_groups))
-    phase("train")
-    stats = backend.train_step(batch.samples, should_stop or (lambda: False), _in_phase(on_progress, "train"))
-    watch.lap("train")
-    phase("hand-off")
-    handoff = backend.hand_off()
-    watch.lap("hand-off")
-    if not stats:  # a backend that found nothing to step on: the batch waits on
-        return Update(None, handoff, [], _bounded_wait(batch.groups, batch.min_signal_groups))
+    stats, handoff = None, 0.0
+    if batch.ready:
+        phase("train")
+        stats = backend.train_step(batch.samples, should_stop or (lambda: False), _in_phase(on_progress, "train"))
+        watch.lap("train")
+        phase("hand-off")
+        handoff = backend.hand_off()
+        watch.lap("hand-off")
+    if not stats:  # no step (or one the backend found nothing to take): the batch waits on
+        return Update(None, handoff, [], _bounded_wait(batch.groups, settings.min_signal_groups))
     return Update(stats, handoff, batch.groups, [])
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ...backends.base import Backend, BackendUnavailable
 from ...backends.factory import build_backend
+from ...backends.hf_from_gguf import is_converted
 from ...backends.settings import BackendSpec, GrpoSettings, LoraSettings, OptimSettings
 from .checkpoint import latest_checkpoint
 from ..config import Config
@@ -19,6 +20,14 @@ from ..models import ResolvedModel
 from ..paths import Paths
 
 BackendBuilder = Callable[[BackendSpec], Backend]
+
+
+def loading_note(model: ResolvedModel, backend_kind: str, cache_dir: Path) -> str:
+    """What loading the backend involves: on a first CPU run, the model's one-time conversion."""
+    if backend_kind == "cpu" and model.gguf is not None:
+        if not is_converted(model.gguf, cache_dir):
+            return f"loading {model.name}, and converting it for the trainer (once; about a minute on a small CPU)"
+    return f"loading {model.name}"
 
 
 def backend_spec(config: Config, paths: Paths, build: BuildSettings, model: ResolvedModel, seed: int) -> BackendSpec:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from ...backends.base import Abandoned, StopCheck
-from ..learning.evaluation import EvalResult
+from ...backends.base import Abandoned, Sampler, StopCheck
+from ..events import Listener, Notice, Preparing
+from ..learning.evaluation import EvalResult, evaluate
+from ..learning.tasks import Preset
 
 # Scores the current weights (after the given round); raises Abandoned when told to stop.
 Measure = Callable[[int, StopCheck | None], EvalResult]
@@ -47,3 +49,21 @@ class HeldOutSchedule:
         if every and round_no % every == 0:
             return self._measure(round_no, None), round_no
         return pending
+
+
+def measure(sampler: Sampler, preset: Preset, prefill_answer: bool, max_new_tokens: int, levels: dict[str, int],
+            weights_round: int, at_start: bool, emit: Listener, should_stop: StopCheck | None) -> EvalResult:
+    """The held-out score of the weights after `weights_round`, told to the viewers; `at_start`:
+    the start's evaluation (the first minute of a fresh node), shown as preparing, with progress."""
+    report = None
+    if at_start:
+        what = ("scoring the base model on held-out tasks: the mark its progress starts from"
+                if weights_round == 0 else f"scoring round {weights_round}'s weights on the held-out set")
+
+        def report(done: int, total: int) -> None:
+            emit(Preparing(what, done, total))
+    result = evaluate(sampler, preset, prefill_answer, max_new_tokens, should_stop, levels=levels, on_progress=report)
+    per = ", ".join(f"{d} {a:.0%}" for d, a in result.per_dataset.items())
+    emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per}; "
+                        f"{result.tag_rate:.0%} of replies closed the tag)"))
+    return result

@@ -3,7 +3,7 @@ through events; the parts around the loop live in their own modules:
 
   backend_slot   the backend (built by backends.factory; released during long suspensions)
   resume         where to start from, and what a checkpoint holds
-  held_out       when the held-out score is measured
+  held_out       when the held-out score is measured, and measuring it
   status         what viewers and `swarmling status` read of the node, and the log file's lines
   steering       stop / pause / resume and guest readings, from any thread (what Node inherits)
   lifecycle      run / pause / stop requests and guest suspensions, as the loop reads them
@@ -18,16 +18,15 @@ through events; the parts around the loop live in their own modules:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import replace
 
 
 from ...backends.base import Abandoned, Backend, StopCheck
 from ...backends.factory import build_backend
-from ...backends.hf_from_gguf import is_converted
 from ..config import Config
 from ..errors import NodeError
 from ..events import (Listener, NodeStarted, Notice, PhaseChanged, Preparing, RoundFinished, RoundRollouts, StateChanged,
@@ -35,12 +34,11 @@ from ..events import (Listener, NodeStarted, Notice, PhaseChanged, Preparing, Ro
 from ..hardware import Hardware, detect
 from ..learning.curriculum import Curriculum
 from ..learning.draws import RoundDraws
-from ..learning.evaluation import EvalResult, evaluate
+from ..learning.evaluation import EvalResult
 from ..learning.prompt import PromptFormat
 from ..learning.rescue import clock_window
 from ..learning.rollout import QuestionGroup
-from ..learning.round import (RoundClosing, RoundSettings, Stopwatch, assemble, draw, generate, score, select,
-                              train)
+from ..learning.round import RoundClosing, RoundSettings, Stopwatch, assemble, own_groups, select, train
 from ..learning.tasks import Preset, load_preset
 from ..metrics import append_record, reconcile
 from ..models import ResolvedModel, resolve_model
@@ -48,12 +46,12 @@ from ..paths import Paths
 from ..sizing import ResourceError, Sizing, memory_note, plan
 from ..swarm.facade import OfflineSwarm, SwarmOpener, inbound_budget, open_swarm
 from ..swarm.verification.intake import IntakeContext
-from .backend_slot import BackendBuilder, BackendSlot, backend_spec, model_scale
+from .backend_slot import BackendBuilder, BackendSlot, backend_spec, loading_note, model_scale
 from .best import Best, BestKeeper
 from .checkpoint import round_folder
 from .control import ControlServer, open_control
 from .guest_monitor import GuestMonitor
-from .held_out import HeldOutSchedule
+from .held_out import HeldOutSchedule, measure
 from .lifecycle import Intent, Lifecycle
 from .progress import ProgressReporter
 from .reconfigure import check_runnable, live_shape, restart_keys
@@ -63,14 +61,6 @@ from .state_lock import StateDirLock
 from .steering import NodeControls
 from .status import StatusBoard
 from .suspension import wait_while_held
-
-
-def loading_note(model: ResolvedModel, backend_kind: str, cache_dir: Path) -> str:
-    """What loading the backend involves: on a first CPU run, the model's one-time conversion."""
-    if backend_kind == "cpu" and model.gguf is not None:
-        if not is_converted(model.gguf, cache_dir):
-            return f"loading {model.name}, and converting it for the trainer (once; about a minute on a small CPU)"
-    return f"loading {model.name}"
 
 
 class Node(NodeControls):
@@ -229,31 +219,24 @@ class Node(NodeControls):
         draws = RoundDraws(self.seed, round_no, window)
         # Which bundles to fetch depends on what the network delivered: a stream of its own.
         self.swarm.start_round(draws.stream("fetches"), inbound_budget(self.config, last.wall_seconds if last else None))
+        phase = functools.partial(self._on_phase, round_no)
         # 1. tasks, 2. generate, 3. score
-        self._on_phase(round_no, "tasks")
-        drawn = draw(self.preset, self.curriculum, settings, draws)
-        watch.lap("tasks")
-        self._on_phase(round_no, "generate")
-        generated = generate(backend, drawn, settings, draws, stop, progress)
-        watch.lap("generate")
-        self._on_phase(round_no, "score")
-        scored = score(drawn, generated, settings, self.curriculum)
-        watch.lap("score")
+        scored = own_groups(backend, self.preset, self.curriculum, settings, draws, watch, stop, phase, progress)
         # 4. share the round's groups with the swarm (returns at once; the network is another thread)
         prefill = self.prompt_format.prefill
         share = self.swarm.sharer(round_no, prefill)
         if share is not None:
-            self._on_phase(round_no, "share")
+            phase("share")
             share(scored.groups)
             watch.lap("share")
         # 5. peers' groups, verified now (bundles fetched while we generated are in), and the training set
-        self._on_phase(round_no, "sample")
+        phase("sample")
         external = self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0, round_no)
         batch = select(round_no, scored, external, settings, draws, backend, self.preset, self.waiting,
                        self.awaiting_rescue)
         watch.lap("sample")
         # 6. one GRPO update once the minimum batch is reached, and 7. the hand-off
-        update = train(backend, batch, watch, stop, lambda phase: self._on_phase(round_no, phase), progress)
+        update = train(backend, batch, settings, watch, stop, phase, progress)
         # 8. the swarm's round ends, and the held-out score when due (the update is applied)
         closing = self._close_round(round_no, update.trained, batch.used_external)
         # 9. the record, then the checkpoint
@@ -291,20 +274,8 @@ class Node(NodeControls):
         return self.model.name, self.preset.name, self.config.reward.prefill_answer, self.sizing.shape.max_new_tokens
 
     def _measure(self, weights_round: int, should_stop: StopCheck | None) -> EvalResult:
-        report = None
-        if not self._rounds_begun:  # the start's evaluation: the first minute of a fresh node
-            what = ("scoring the base model on held-out tasks: the mark its progress starts from"
-                    if weights_round == 0 else f"scoring round {weights_round}'s weights on the held-out set")
-
-            def report(done: int, total: int) -> None:
-                self.emit(Preparing(what, done, total))
-        result = evaluate(self.slot.backend, self.preset, self.config.reward.prefill_answer,
-                          self.sizing.shape.max_new_tokens, should_stop, levels=self.curriculum.levels(),
-                          on_progress=report)
-        per = ", ".join(f"{d} {a:.0%}" for d, a in result.per_dataset.items())
-        self.emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per}; "
-                                 f"{result.tag_rate:.0%} of replies closed the tag)"))
-        return result
+        return measure(self.slot.backend, self.preset, self.config.reward.prefill_answer, self.sizing.shape.max_new_tokens,
+                       self.curriculum.levels(), weights_round, not self._rounds_begun, self.emit, should_stop)
 
     def _drops_round(self) -> bool:
         return self.lifecycle.drops_round(self.config.resources.on_suspend == "abandon")

@@ -60,8 +60,7 @@ class StatusBoard:
             "swarm_host": swarm_host,
             "swarm_share": self.swarm_share(),
             "last_round": {k: getattr(m, k) for k in ("round", "reward_mean", "solved", "questions", "wall_seconds",
-                                                       "tokens_per_s", "learnable_groups", "rescued_groups",
-                                                       "rescued_replies_by_peer")} if m is not None else None,
+                                                       "tokens_per_s", "learnable_groups", "rescued_by")} if m is not None else None,
             "best": {"accuracy": m.eval_best_accuracy, "round": m.eval_best_of_round}
             if m is not None and m.eval_best_accuracy is not None else None,
         }

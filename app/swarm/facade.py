@@ -101,7 +101,6 @@ class OnlineSwarm(OfflineSwarm):
         self.peer_id = network.peer_id
         self._alone: bool | None = None  # whether the last round had no peers, to say it once
         self._meshless_rounds = 0  # rounds in a row connected to peers but in no gossip mesh
-        self._was_cut_off = False
         self._restarts_told = 0
 
     @property
@@ -143,14 +142,18 @@ class OnlineSwarm(OfflineSwarm):
         measured it under a slow-loris fetch attack: the mesh emptied while 15-40 peers stayed
         connected, and the node trained on no peer's group for 120 rounds without a word). Said
         once after CUT_OFF_ROUNDS such rounds, and again when it heals; `status` shows it."""
+        was_cut_off = self._cut_off_rounds() > 0
         cut_off = stats.peers > 0 and stats.mesh_peers == 0
         self._meshless_rounds = self._meshless_rounds + 1 if cut_off else 0
         if self._meshless_rounds == CUT_OFF_ROUNDS:
             self.emit(Notice("warning", f"connected to {stats.peers} peer(s) but in no gossip mesh for {CUT_OFF_ROUNDS} "
                                         "rounds: peers' announcements are not reaching this node"))
-        elif not cut_off and self._was_cut_off:
+        elif not cut_off and was_cut_off:
             self.emit(Notice("info", f"back in the gossip mesh ({stats.mesh_peers} peer(s))"))
-        self._was_cut_off = self._meshless_rounds >= CUT_OFF_ROUNDS
+
+    def _cut_off_rounds(self) -> int:
+        """Rounds in a row outside every gossip mesh while connected, once it is worth saying (0: not)."""
+        return self._meshless_rounds if self._meshless_rounds >= CUT_OFF_ROUNDS else 0
 
     def announce_state(self) -> None:
         bytes_in, bytes_out = self.network.totals()
@@ -169,8 +172,7 @@ class OnlineSwarm(OfflineSwarm):
         reach = self.network.reachability()
         return {"running": h.running, "restarts": h.restarts, "last_error": h.last_error,
                 "reachability": reach.state, "reachability_text": reach.describe(),
-                # rounds in a row outside every gossip mesh while connected, once it is worth saying (0: not)
-                "cut_off_rounds": self._meshless_rounds if self._was_cut_off else 0}
+                "cut_off_rounds": self._cut_off_rounds()}
 
     def stop(self) -> None:
         self.network.stop()
