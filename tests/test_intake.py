@@ -44,12 +44,22 @@ def with_reply(group, text: str):
     ("<answer>{right}</answer> buy now! visit spam", True),  # spam after the closing tag
     ("<answer>{right}</answer>\x1b[2J\x1b[31mHACKED", True),  # terminal escapes after it
     ("<answer>buy now! visit spam</answer><answer>{right}</answer>", True),  # a second answer after the first
-    ("<answer>{right}\x07</answer>", True),  # a control character inside
+    ("<answer>{right}\x1b]0;owned\x07</answer>", True),  # an escape sequence inside (a window title)
 ])
 def test_junk_riding_on_a_right_answer_refuses_the_group(wire_group, reply, blamed):
     group, task = wire_group
     result = admit_group(with_reply(group, reply.format(right=task.entry["answer"])), PEER, context(64), "smollm2-135m")
     assert isinstance(result, Rejected) and result.blame is blamed
+
+
+def test_a_stray_control_character_drops_that_reply_only(wire_group):
+    """SmolLM2's byte-level vocabulary lets an honest sampler write one (the three-node sim saw it):
+    the reply is not trained on, and the peer's group is not refused for it."""
+    group, task = wire_group
+    admitted = admit_group(with_reply(group, f"<answer>{task.entry['answer']}\x07</answer>"), PEER, context(64), "smollm2-135m")
+    assert not isinstance(admitted, Rejected)
+    assert all("\x07" not in c.text for c in admitted.completions)
+    assert len(admitted.completions) == len(group.completions) - 1
 
 
 def test_text_before_a_last_answer_tag_is_not_trained_on(wire_group):

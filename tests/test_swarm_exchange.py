@@ -100,9 +100,12 @@ def test_node_takes_peer_bundles_through_its_inbox(backend_factory, tmp_path):
     data = encode_bundle(bundle_from_groups(outcome_a.groups, swarm="test", node_id=PEER_A, model="smollm2-135m",
                                             round_no=1, timestamp=1.0, prefill="<answer>"))
 
+    # No network (the inbox is the seam), no start evaluation, eager layers: what conftest sets for
+    # every other node, here without the environment so the user's settings cannot leak in.
     config = load_config(None, environ={}, cli=[("round.questions", 2), ("round.completions", 4),
                                                  ("round.max_new_tokens", 12), ("round.external_groups", 2),
-                                                 ("run.seed", 5)])
+                                                 ("run.seed", 5), ("swarm.enabled", False), ("eval.every_rounds", 0),
+                                                 ("train.cpu_compile", "off")])
     events = []
     node = Node(config, resolve_paths(tmp_path / "b"), events.append)
     try:

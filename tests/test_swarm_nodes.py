@@ -28,7 +28,10 @@ def records(home: Path) -> list[dict]:
 
 def test_sim_three_nodes_find_each_other_and_train_on_groups_they_verified(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "swarmling.app", "sim", "--nodes", "3", "--rounds", "3", "--tiny", "--dir", str(tmp_path)],
+        # The paper's mix (I local + J external): under the default fill a tiny round's own groups
+        # (format-bonus spread in 12 tokens) may take every place, and this test is about the exchange.
+        [sys.executable, "-m", "swarmling.app", "sim", "--nodes", "3", "--rounds", "3", "--tiny", "--dir", str(tmp_path),
+         "--set", 'round.peer_groups="mix"'],
         capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

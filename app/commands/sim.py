@@ -26,6 +26,7 @@ import msgspec
 from ..paths import Paths
 from ..learning.round_record import RoundRecord
 from ..metrics import read_records
+from ..node.control import ControlError, send
 from ..swarm.p2p.identity import new_identity
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
@@ -73,6 +74,7 @@ class _SimNode:
     port: int
     process: subprocess.Popen | None = None
     seen_round: int = 0
+    lingering: bool = False  # done with its rounds, paused, still in the swarm for the others
 
     @property
     def addr(self) -> str:
@@ -178,7 +180,10 @@ def simulate(options: SimOptions, paths: Paths) -> int:
         if node.index > 1:
             settings.append(("swarm.peers", (nodes[node.index - 1].addr,)))
         settings += [(k, v) for k, v in overrides if k not in dict(settings)]
-        argv = [sys.executable, "-m", "swarmling.app", "--home", str(node.home), "run", "--headless", "--rounds", str(options.rounds)]
+        # One round more than asked: a node that is done pauses instead of leaving (below), so the
+        # slower ones still have peers in their last rounds; the extra round is never begun or counted.
+        argv = [sys.executable, "-m", "swarmling.app", "--home", str(node.home), "run", "--headless",
+                "--rounds", str(options.rounds + 1)]
         for key, value in settings:
             argv += ["--set", f"{key}={_toml(value)}"]
         log = open(node.home / "node.log", "w", encoding="utf-8")
@@ -196,8 +201,11 @@ def simulate(options: SimOptions, paths: Paths) -> int:
     deadline = time.monotonic() + options.timeout_s
     interrupted = False
     try:
-        while any(n.process.poll() is None for n in nodes) and time.monotonic() < deadline:
-            _collect(nodes, by_round, options.nodes)
+        while any(n.process.poll() is None and not n.lingering for n in nodes) and time.monotonic() < deadline:
+            _collect(nodes, by_round, options.nodes, options.rounds)
+            for node in nodes:
+                if node.seen_round >= options.rounds and not node.lingering and node.process.poll() is None:
+                    node.lingering = _linger(node)
             time.sleep(0.5)
     except KeyboardInterrupt:
         interrupted = True
@@ -213,7 +221,7 @@ def simulate(options: SimOptions, paths: Paths) -> int:
                 os.killpg(node.process.pid, signal.SIGKILL)
                 node.process.wait()
         signal.signal(signal.SIGTERM, previous)
-    _collect(nodes, by_round, options.nodes)
+    _collect(nodes, by_round, options.nodes, options.rounds)
     summary = _summarise(nodes, by_round)
     (base / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     failed = [n for n in nodes if n.process.returncode not in (0,)]
@@ -226,10 +234,22 @@ def simulate(options: SimOptions, paths: Paths) -> int:
     return 130 if interrupted else (1 if failed else 0)
 
 
-def _collect(nodes: list[_SimNode], by_round: dict[int, dict[int, RoundRecord]], count: int) -> None:
+def _linger(node: _SimNode) -> bool:
+    """Pause a node that has done its rounds (the round after is dropped, never recorded) and keep it
+    in the swarm, serving its bundles, until every node is done; False when it cannot be reached."""
+    try:
+        send(node.home / "state", "pause")
+    except ControlError:
+        return False
+    return True
+
+
+def _collect(nodes: list[_SimNode], by_round: dict[int, dict[int, RoundRecord]], count: int, rounds: int) -> None:
     for node in nodes:
         for rec in node.new_records():
             r, net = rec.round, rec.swarm_stats
+            if r > rounds:
+                continue  # finished before the pause reached it: not one of the sim's rounds
             by_round.setdefault(r, {})[node.index] = rec
             print(
                 f"  node-{node.index} round {r:>3}  reward {rec.reward_mean:.3f}  local {rec.local_groups} "

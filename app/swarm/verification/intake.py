@@ -75,8 +75,12 @@ SAME_TOKENIZER_SLACK = 4
 
 MAX_TAIL_CHARS = 3  # what the token completing `</answer>` may carry after it
 
-# C0 controls but tab and newline, DEL and C1 (ESC among them: terminal escape sequences).
+# C0 controls but tab and newline, DEL and C1. SmolLM2's vocabulary is byte-level, so an honest
+# sampler at temperature 1 does write a stray one now and then (an honest node's group was refused
+# whole for it in the three-node sim): such a reply is dropped, not blamed. A terminal escape
+# *sequence* (ESC or CSI/OSC followed by its parameters) is what no sampler writes by chance.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+ESCAPE_SEQUENCE = re.compile(r"(\x1b[\[\]PX^_]|[\x9b\x9d])[\x20-\x7e]")
 
 
 def reply_shape_problem(reply: str, peer: str) -> Rejected | None:
@@ -86,8 +90,8 @@ def reply_shape_problem(reply: str, peer: str) -> Rejected | None:
     characters, no letters or digits); anything else rides on the answer (spam, escape sequences,
     a second answer) and would be trained on with the answer's reward. Free text before the first
     `<answer>` is the reasoning mode's (prefill off), screened by learning/screening.py."""
-    if CONTROL_CHARACTERS.search(reply):
-        return Rejected(peer, "a reply with control characters (terminal escapes?)")
+    if ESCAPE_SEQUENCE.search(reply):
+        return Rejected(peer, "a reply with a terminal escape sequence")
     first_close = reply.find(CLOSE)
     tail = reply[first_close + len(CLOSE):].strip() if first_close >= 0 else ""
     if len(tail) > MAX_TAIL_CHARS or any(ch.isalnum() for ch in tail):
@@ -97,6 +101,8 @@ def reply_shape_problem(reply: str, peer: str) -> Rejected | None:
         # Honest policies may write this, but the scorer would grade only what follows the last
         # tag while training pushes up everything before it: the reply is dropped (not blamed).
         return Rejected(peer, "a reply with text before a second <answer> tag", blame=False)
+    if CONTROL_CHARACTERS.search(reply):
+        return Rejected(peer, "a reply with a control character", blame=False)
     return None
 
 
