@@ -144,4 +144,5 @@ def format_round(m: RoundRecord) -> str:
         + (f"  |  held-out {m.eval_accuracy:.0%} (round {m.eval_of_round})" if m.eval_accuracy is not None else "")
         + (f", best {m.eval_best_accuracy:.0%} at round {m.eval_best_of_round}"
            if m.eval_accuracy is not None and m.eval_best_accuracy is not None else "")
+        + (f"  |  {m.swarm.given}" if m.swarm is not None and m.swarm.given else "")
     )

@@ -55,6 +55,11 @@ def test_three_nodes_join_through_bootstrap_and_static_peers_and_fetch_bundles(t
         stats = c.round_stats()
         assert stats.bundles_fetched == 1 and stats.bytes_in > len(body)
         assert stats.announce_latency_s_p50 is not None
+        # what a gave: counted by a from what it served, whole, to c; nothing served by c
+        gave = a.round_stats()
+        assert (gave.bundles_served, gave.bundles_served_day, gave.served_peers_day) == (1, 1, 1)
+        assert gave.given == "your rollouts: fetched 1x by 1 peer in 24 h"
+        assert stats.bundles_served == 0 and stats.given == ""
         assert c.plan_fetches(np.random.default_rng(0)) == 0  # never the same bundle twice
     finally:
         for s in (c, b, a):

@@ -39,6 +39,8 @@ def control_command(paths, cmd: str, as_json: bool) -> int:
     if status.get("swarm_share") is not None:
         print(f"learnt   {status['swarm_share']:.0%} from the swarm (peers' groups' share of the advantage mass, "
               "last 10 rounds)")
+    if status.get("given"):  # counted by this node from what it served (swarm/given.py)
+        print(f"gave     {status['given']}")
     host = status.get("swarm_host")
     if host and host.get("reachability_text"):
         print(f"reach    {host['reachability_text']}")

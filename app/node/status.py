@@ -59,6 +59,7 @@ class StatusBoard:
             "peers": m.swarm.peers if m is not None and m.swarm is not None else None,
             "swarm_host": swarm_host,
             "swarm_share": self.swarm_share(),
+            "given": m.swarm.given if m is not None and m.swarm is not None else "",
             "last_round": {k: getattr(m, k) for k in ("round", "reward_mean", "solved", "questions", "wall_seconds",
                                                        "tokens_per_s", "learnable_groups", "rescued_by")} if m is not None else None,
             "best": {"accuracy": m.eval_best_accuracy, "round": m.eval_best_of_round}

@@ -32,6 +32,7 @@ from ...backends.atomic import write_atomic
 from ..events import PeerView
 from ..learning.rollout import QuestionGroup
 from ..learning.round_record import SwarmRoundStats
+from .given import GivenLog
 from .host.bundle_protocol import FetchOutcome
 from .host.host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
 from .nat.reachability import Reachability
@@ -88,6 +89,7 @@ class SwarmNetwork:
         self._shard_rng = random.Random()
         self._fetch_failures: deque[str] = deque(maxlen=50)
         self._fetched = 0
+        self.given = GivenLog()  # peers' fetches of our bundles (given.py)
         self._bundle_bytes_in = 0  # payload only: the part the inbound budget bounds
         self._pending_lock = threading.Lock()
         self._fetches_pending = 0  # asked of the host, outcome not back yet
@@ -102,6 +104,7 @@ class SwarmNetwork:
             gossip_validator=self.board.offer,
             serve_bundle=self._serve,
             on_fetched=self._on_fetched,
+            on_served=self.given.served,
             app_score=self._gossip_score,
             keeps_peer=self.reputation.proven,
             peer_rank=lambda peer: (self.board.heard_from(peer), self.reputation.score(peer)),
@@ -254,6 +257,7 @@ class SwarmNetwork:
         fetch_s = list(self.host.fetch_latency_s)
         announce_s = self.board.take_latencies()
         bundle_bytes, self._bundle_bytes_in = self._bundle_bytes_in, 0
+        given = self.given.figures()
         return SwarmRoundStats(
             peers=len(self.host.connected_peers()),
             peers_heard=self.board.peers_heard(),
@@ -263,6 +267,9 @@ class SwarmNetwork:
             announcements_refused=dict(self.board.refused),
             bundles_fetched=self._fetched,
             bundle_bytes_in=bundle_bytes,
+            bundles_served=given.served,
+            bundles_served_day=given.served_day,
+            served_peers_day=given.peers_day,
             fetch_failures=failures[:5],
             fetch_seconds_p50=round(float(np.median(fetch_s)), 4) if fetch_s else None,
             announce_latency_s_p50=round(float(np.median(announce_s)), 4) if announce_s else None,

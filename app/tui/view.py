@@ -225,6 +225,12 @@ class NodeView:
         return f"{m.local_groups} local / {m.external_groups} external"
 
     @property
+    def given(self) -> str:
+        """What this node's rollouts gave the swarm (swarm/given.py), from the last round's figures."""
+        m = self.last_round
+        return m.swarm.given if m is not None and m.swarm is not None else ""
+
+    @property
     def swarm_share(self) -> float | None:
         """The swarm's share of what this node learnt over the last rounds that trained."""
         return sum(self.swarm_shares) / len(self.swarm_shares) if self.swarm_shares else None

@@ -103,6 +103,7 @@ class BundleExchange:
         latencies_s: deque[float],
         keeps_connection: Callable[[str], bool],
         dial_author: DialAuthor,
+        on_served: Callable[[str], None] = lambda peer: None,
     ) -> None:
         self._host = host
         self._protocol = protocol
@@ -112,6 +113,7 @@ class BundleExchange:
         self._latencies_s = latencies_s  # successful fetches' durations are appended here
         self._keeps_connection = keeps_connection  # peer id -> is it a dial target
         self._dial_author = dial_author  # connects to an author we have no connection with (dialer.py)
+        self._on_served = on_served  # peer id, once one of our bundles was written to it whole (given.py)
         self.relayed_serves = RelayedServes()
         self.served = ServedOnce()
         self._fetch_limit = trio.Semaphore(MAX_FETCHING)
@@ -262,6 +264,8 @@ class BundleExchange:
                     reply = struct.pack(">I", 0) if body is None else struct.pack(">I", len(body)) + body
                     with trio.move_on_after(FIRST_BYTE_S + len(reply) / MIN_RATE_BPS) as writing:
                         await stream.write(reply)
+                    if body is not None and not writing.cancelled_caught:
+                        self._on_served(remote_peer(stream))
                     return not writing.cancelled_caught
         return False
 

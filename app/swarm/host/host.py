@@ -169,6 +169,7 @@ class SwarmHost:
         app_score: Callable[[str], float] = lambda peer: 0.0,
         keeps_peer: Callable[[str], bool] = lambda peer: False,
         peer_rank: Rank = lambda peer: (False, 0.0),
+        on_served: Callable[[str], None] = lambda peer: None,
     ) -> None:
         self.settings = settings
         self.key_pair = key_pair
@@ -176,6 +177,7 @@ class SwarmHost:
         self._validate = gossip_validator
         self._serve = serve_bundle
         self._on_fetched = on_fetched
+        self._on_served = on_served  # a peer fetched one of our bundles whole (swarm/given.py)
         self._app_score = app_score
         self._keeps_peer = keeps_peer
         self.counters = Counters()
@@ -358,7 +360,7 @@ class SwarmHost:
         authors = AuthorDialer(host, self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
                                        self.fetch_latency_s, keeps_connection=self._useful,
-                                       dial_author=authors.dial)
+                                       dial_author=authors.dial, on_served=self._on_served)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
 

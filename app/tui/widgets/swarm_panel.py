@@ -57,6 +57,8 @@ class SwarmPanel(Vertical):
                 # the peers' groups' share of the advantage mass the updates followed
                 summary.append(f"{view.swarm_share:.0%} of what it learnt came from peers "
                                f"(last {len(view.swarm_shares)} rounds)\n")
+            if view.given:
+                summary.append(view.given + "\n", style="green")
             summary.append(f"peer {view.peer_id}\n", style="dim")
             summary.append("dial me at " + (view.listen_addrs[0] if view.listen_addrs else "-"), style="dim")
             if view.reachability:
