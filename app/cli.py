@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("experiment", help="does sharing help? a design's arms x seeds, N in-process nodes each")
     exp.add_argument("--design", default="specialists",  # checked where the designs are (design_named)
-                     help="specialists (default), rare-success, paper (README 'Does sharing help?') or "
+                     help="specialists (default), rare-success, paper (README 'Does sharing help?'), "
+                          "rescue (docs/rescue-experiment.md) or "
                           "volunteer (one node on the default preset: the learning defaults' screen)")
     exp.add_argument("--nodes", type=_positive, help="nodes per configuration (default: the design's)")
     exp.add_argument("--rounds", type=_positive, help="rounds per node (default: the design's)")
