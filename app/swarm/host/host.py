@@ -143,6 +143,10 @@ def _score_params(app_score: Callable[[ID], float]) -> ScoreParams:
         p4_invalid_messages=TopicScoreParams(weight=10.0, cap=100.0, decay=0.99),
         p5_behavior_penalty_weight=1.0,
         p5_behavior_penalty_decay=0.99,
+        # A GRAFT that crosses our PRUNE (both sides pruning and grafting in the same second when
+        # many peers join at once) costs 10 as a "graft flood": two such races cost an honest peer
+        # nothing, a peer that keeps grafting through its backoff still falls below the thresholds.
+        p5_behavior_penalty_threshold=20.0,
         # P6: what the node learnt from the peer's bundles (refused groups, bad transfers).
         app_specific_score_fn=app_score,
         p6_appl_slack_weight=1.0,
@@ -353,6 +357,20 @@ class SwarmHost:
             heartbeat_interval=1,
             heartbeat_initial_delay=0.5,
             spam_protection_enabled=False,
+            # py-libp2p 0.8.1's "adaptive gossip" (on by default) turns the heartbeat, whatever it
+            # was set to, into one every 30 s when its health score is under 0.4 and every 60 s
+            # under 0.7 (gossipsub.py _adapt_heartbeat_parameters, "more frequent" in its comment).
+            # That score counts mesh peers with a positive score, which ours never give, and a
+            # mesh short of 6: two honest nodes on 127.0.0.1 read 0.265 and beat every 30 s from
+            # their first health update on (issue 41). Mesh repair, backoff expiry and the scores'
+            # decay (0.99 a beat: set for 1 s) then ran 30-60x slower, and a mesh emptied under
+            # attack stayed empty for minutes. Minimal reproduction: two GossipSub hosts meshed on
+            # one topic, wait 31 s, read router.heartbeat_interval (30, not 1).
+            adaptive_gossip_enabled=False,
+            # Its IP-diversity grafting and pruning: volunteers behind one NAT, peers reached
+            # through one helper's relay and every sim on 127.0.0.1 share an address (P7 is off
+            # for the same reason), so it would prune honest peers as readily as anyone.
+            eclipse_protection_enabled=False,
             score_params=_score_params(lambda pid: self._app_score(pid.to_base58())),
         )
         pubsub = GuardedPubsub(host, gossipsub, strict_signing=True)
