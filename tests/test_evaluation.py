@@ -74,7 +74,7 @@ def test_evaluation_of_the_same_weights_agrees_with_itself(backend):
 @pytest.mark.slow
 def test_the_eval_command_scores_the_base_model(tmp_path):
     out = subprocess.run([sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "eval", "--json",
-                          "--set", "round.max_new_tokens=4"], capture_output=True, text=True, timeout=600)
+                          "--set", "round.max_new_tokens=4", "--threads", "2"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["weights"].startswith("base model") and 0 <= result["accuracy"] <= 1

@@ -5,7 +5,7 @@ py-libp2p (a node checks peers' groups the same way with or without a network).
     p2p/            libp2p's parts: threads, streams, …    imports nothing else of swarm/
     nat/            dial-back, relay slots                 p2p/
     host/           the host and the swarm's protocols     nat/, p2p/, verification/
-    facade, network, helper, invite                        any of them
+    facade, network, given, helper, invite                 any of them
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_a_layer_imports_only_the_layers_below_it(package):
 
 def test_every_module_of_swarm_is_in_a_layer_or_at_the_top():
     top = {p.stem for p in SWARM.glob("*.py")}
-    assert top == {"__init__", "facade", "network", "helper", "invite"}
+    assert top == {"__init__", "facade", "network", "given", "helper", "invite"}
     assert {p.name for p in SWARM.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(BELOW)
 
 
