@@ -17,7 +17,9 @@ py-libp2p 0.8.1's sharp edges, and what this module does about each:
 - the default host also accepts `/plaintext/2.0.0` (peer-ID impersonation): Noise is the only
   security transport offered or accepted;
 - `connect()` deadlocks if Pubsub/GossipSub are built but not started: both run before any dial;
-- GossipSub's heartbeat defaults to 120 s: 1 s;
+- GossipSub's heartbeat defaults to 120 s: 1 s; its "adaptive gossip" then turns that into 30-60 s:
+  off (below, where it is built);
+- its mesh pruning and backoffs kept two honest peers apart while identities crowded in: mesh.py;
 - its spam protection also throttles our own publishes: off, per-origin limits live in the
   topic validator (`gossip_validator`), which runs before anything is relayed;
 - `publish()` drops silently when a peer's 32-slot queue is full: publishes are paced;
@@ -50,7 +52,6 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -65,6 +66,7 @@ from ..p2p.peerstore import DialablePeerstore
 from ..p2p.trio_bridge import TrioThread
 from ..verification.board import Verdict
 from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
+from .mesh import KeepingGossipSub
 from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome, with_words
 from .dialer import AuthorDialer, DialCooldown, Dialer, parse_peer_addr
 from .pubsub_guard import GuardedPubsub, IgnoredMessage
@@ -184,6 +186,7 @@ class SwarmHost:
         self._on_served = on_served  # a peer fetched one of our bundles whole (swarm/given.py)
         self._app_score = app_score
         self._keeps_peer = keeps_peer
+        self._peer_rank = peer_rank
         self.counters = Counters()
         self.listen_addrs: list[str] = []
         self.fetch_latency_s: deque[float] = deque(maxlen=64)  # recent successful fetches (bounded: hours of rounds)
@@ -349,7 +352,10 @@ class SwarmHost:
             relay.relayed_bytes = self._relay.relayed_bytes
         self._relay = relay
         relay_client = None if s.helper else RelayClient(host, relay)
-        gossipsub = GossipSub(
+        # The mesh kept for the peers that matter when identities crowd in (mesh.py)
+        gossipsub = KeepingGossipSub(
+            keeps=lambda peer: self._dialer.is_target(peer) or self._keeps_peer(peer),
+            rank=self._peer_rank,
             protocols=[GOSSIPSUB_PROTOCOL],
             degree=6,
             degree_low=4,
