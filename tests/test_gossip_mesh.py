@@ -62,6 +62,7 @@ def test_honest_nodes_stay_meshed_and_hear_each_other_through_a_slow_loris_attac
     victim = honest(tmp_path, "victim")
     friend = honest(tmp_path, "friend", dial=(victim.listen_addrs[0],))
     attackers: list[Hostile] = []
+    peak = {victim.peer_id: 0, friend.peer_id: 0}  # the most mesh peers seen: the crowd was there
 
     def friend_reaches_victim(round_no: int) -> bool:
         """A new announcement of the friend's reaches the victim's board within 10 s."""
@@ -89,12 +90,15 @@ def test_honest_nodes_stay_meshed_and_hear_each_other_through_a_slow_loris_attac
             started = time.monotonic()  # heartbeats pruning the crowded meshes as the identities graft
             while time.monotonic() - started < WATCH_S:
                 assert both_meshed(victim, friend), f"wave {wave}: the honest pair fell out of each other's mesh"
-                time.sleep(0.25)
+                for node in (victim, friend):
+                    peak[node.peer_id] = max(peak[node.peer_id], node.host.gossip_figures()["mesh_peers"])
+                time.sleep(0.1)
             assert friend_reaches_victim(10 + wave), f"wave {wave}: the friend's announcement never reached the victim"
         # after the attack's fetches were cut off (the heartbeat's own fate: the test above)
         assert wait_until(lambda: victim.round_stats().fetches_pending == 0 and friend.round_stats().fetches_pending == 0,
                           timeout_s=60)
         assert both_meshed(victim, friend)
+        assert min(peak.values()) > 8, peak  # crowded past the mesh's degree (6): the heartbeats had to choose
         assert friend_reaches_victim(20)
         assert victim.host.health().restarts == 0 and friend.host.health().restarts == 0
         assert heartbeat_s(victim) == 1 and heartbeat_s(friend) == 1

@@ -181,7 +181,8 @@ def simulate(options: SimOptions, paths: Paths) -> int:
             settings.append(("swarm.peers", (nodes[node.index - 1].addr,)))
         settings += [(k, v) for k, v in overrides if k not in dict(settings)]
         # One round more than asked: a node that is done pauses instead of leaving (below), so the
-        # slower ones still have peers in their last rounds; the extra round is never begun or counted.
+        # slower ones still have peers in their last rounds. The extra round is dropped by the pause
+        # (or, when it wins the race, recorded and left out of the sim's figures).
         argv = [sys.executable, "-m", "swarmling.app", "--home", str(node.home), "run", "--headless",
                 "--rounds", str(options.rounds + 1)]
         for key, value in settings:

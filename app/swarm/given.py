@@ -6,7 +6,8 @@ bundle was written to the peer (a request answered "no longer have it", or cut o
 is not). Counted here, by this node, from what it served: no peer's word is taken for it.
 
 Since the node started: a restart begins a new day's count (the figures are for viewers only,
-never used for anything else, so nothing is persisted).
+never used for anything else, so nothing is persisted). Peers are peer identities: one machine
+may hold several, so the count of peers is what it says, not of people.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class GivenFigures:
 class GivenLog:
     """Thread-safe: the network thread counts, the round loop reads."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, max_remembered: int = MAX_REMEMBERED) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, max_remembered: int = MAX_REMEMBERED) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._events: deque[tuple[float, str]] = deque(maxlen=max_remembered)

@@ -145,9 +145,10 @@ def _score_params(app_score: Callable[[ID], float]) -> ScoreParams:
         p4_invalid_messages=TopicScoreParams(weight=10.0, cap=100.0, decay=0.99),
         p5_behavior_penalty_weight=1.0,
         p5_behavior_penalty_decay=0.99,
-        # A GRAFT that crosses our PRUNE (both sides pruning and grafting in the same second when
-        # many peers join at once) costs 10 as a "graft flood": two such races cost an honest peer
-        # nothing, a peer that keeps grafting through its backoff still falls below the thresholds.
+        # py-libp2p charges 10 for a GRAFT within 10 s of a PRUNE that peer sent us ("graft
+        # flood": both sides pruning and grafting in the same second when many peers join at once)
+        # and 5 per IHAVE/IWANT spam event: up to 20 is forgiven (two such races), beyond it each
+        # point counts. (A GRAFT during our backoff only renews the backoff: no penalty there.)
         p5_behavior_penalty_threshold=20.0,
         # P6: what the node learnt from the peer's bundles (refused groups, bad transfers).
         app_specific_score_fn=app_score,

@@ -14,16 +14,24 @@ honest peer as readily as an attacker. py-libp2p 0.8.1 then keeps them apart:
 
 Two changes, at that depth:
 
-- **Pruning keeps the peers this node keeps** (its dial targets and peers whose bundles proved
-  useful), then by what a peer delivered, then the longest-standing (an identity that appeared a
-  minute ago goes before a peer of an hour), then peers that announced anything. A pruned peer is
-  backed off here too, as go-libp2p does.
+- **Pruning keeps the peers this node keeps.** When the mesh is over its upper bound, peers the
+  gossip score penalises go first, then (of the rest) peers that are neither dial targets nor
+  proven, then by what a peer delivered, then the newest (age in doubling buckets: 1 s, 2 s, 4 s …
+  capped at ~1 h, so peers of about the same age tie), then those that announced nothing, then at
+  random. An identity that appeared seconds ago goes before a peer of minutes. (The library's
+  own replacement of the lowest-scored mesh peer, once a beat, is left as it is: it acts on a
+  peer's misbehaviour, not on a crowd.)
 - **A GRAFT in the last seconds of a backoff is accepted** (go-libp2p waits out a slack beyond the
-  backoff before it grafts; py-libp2p does not, so the two sides' expiries collide).
+  backoff before it grafts; py-libp2p does not, so the two sides' expiries collide). Should the
+  library refuse that GRAFT for another reason, the backoff is put back.
+
+The pruner records no backoff of its own (go-libp2p does): here it would also stop the IHAVE
+gossip a pruned peer still gets from us, which py-libp2p withholds from peers in backoff.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -35,6 +43,7 @@ from .admission import Rank
 
 # Beyond a few heartbeats (1 s each) of clock and delivery skew between two sides' backoffs.
 GRAFT_BACKOFF_SLACK_S = 3
+MAX_AGE_BUCKET = 12  # 2^12 s: past about an hour, age no longer orders peers
 
 
 class KeepingGossipSub(GossipSub):
@@ -56,24 +65,23 @@ class KeepingGossipSub(GossipSub):
         mesh = list(self.mesh.get(topic, ()))
         if num_to_prune <= 0 or not mesh:
             return []
-        random.shuffle(mesh)  # among equals, any
+        random.shuffle(mesh)  # among equals, any (sorted() keeps this order for ties)
+        return sorted(mesh, key=lambda peer: self._worth(peer, topic))[:num_to_prune]
 
-        now = time.monotonic()
-
-        def worth(peer: ID) -> tuple[bool, float, float, bool, float]:
-            name = peer.to_base58()
-            heard, delivered = self._rank(name)
-            gossip = self.scorer.score(peer, [topic]) if self.scorer is not None else 0.0
-            return self._keeps(name), delivered, now - self._since.get(peer, now), heard, gossip
-
-        pruned = sorted(mesh, key=worth)[:num_to_prune]
-        for peer in pruned:  # as the pruned side will: neither grafts the other for a while
-            self._add_back_off(peer, topic, False)
-        return pruned
+    def _worth(self, peer: ID, topic: str) -> tuple[bool, bool, float, int, bool]:
+        """Ascending: the first ones are pruned first."""
+        name = peer.to_base58()
+        heard, delivered = self._rank(name)
+        gossip = self.scorer.score(peer, [topic]) if self.scorer is not None else 0.0
+        age_s = time.monotonic() - self._since.get(peer, time.monotonic())
+        return gossip >= 0, self._keeps(name), delivered, min(int(math.log2(1 + age_s)), MAX_AGE_BUCKET), heard
 
     async def handle_graft(self, graft_msg, sender_peer_id: ID) -> None:
         topic = graft_msg.topicID
         until = self.back_off.get(topic, {}).get(sender_peer_id)
-        if until is not None and until - time.time() <= GRAFT_BACKOFF_SLACK_S:
+        lifted = until is not None and until - time.time() <= GRAFT_BACKOFF_SLACK_S
+        if lifted:
             del self.back_off[topic][sender_peer_id]  # its backoff and ours ran out together
         await super().handle_graft(graft_msg, sender_peer_id)
+        if lifted and sender_peer_id not in self.mesh.get(topic, ()):  # refused for another reason
+            self.back_off.setdefault(topic, {})[sender_peer_id] = max(until, self.back_off[topic].get(sender_peer_id, 0))

@@ -78,9 +78,10 @@ MAX_TAIL_CHARS = 3  # what the token completing `</answer>` may carry after it
 # C0 controls but tab and newline, DEL and C1. SmolLM2's vocabulary is byte-level, so an honest
 # sampler at temperature 1 does write a stray one now and then (an honest node's group was refused
 # whole for it in the three-node sim): such a reply is dropped, not blamed. A terminal escape
-# *sequence* (ESC or CSI/OSC followed by its parameters) is what no sampler writes by chance.
+# *sequence* (ESC and the character that makes it one, or a C1 CSI/OSC) is what no sampler writes
+# by chance.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-ESCAPE_SEQUENCE = re.compile(r"(\x1b[\[\]PX^_]|[\x9b\x9d])[\x20-\x7e]")
+ESCAPE_SEQUENCE = re.compile(r"\x1b[\x20-\x7e]|[\x9b\x9d]")  # ESC c (reset), ESC [ (CSI), ESC ] (OSC), ...
 
 
 def reply_shape_problem(reply: str, peer: str) -> Rejected | None:

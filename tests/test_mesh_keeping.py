@@ -1,0 +1,79 @@
+"""swarm/host/mesh.py's two changes to py-libp2p's GossipSub, on a router with no network:
+which mesh peers a crowded heartbeat prunes, and a GRAFT at a backoff's end (issue 41)."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+from libp2p.peer.id import ID
+from libp2p.pubsub.pb import rpc_pb2
+
+from swarmling.app.swarm.host.mesh import GRAFT_BACKOFF_SLACK_S, KeepingGossipSub
+from swarmling.app.swarm.p2p.identity import new_identity
+
+TOPIC = "/swarmling/test/1/announce"
+
+
+def peer(tmp_path, name: str) -> ID:
+    return ID.from_base58(new_identity(tmp_path / name).peer_id)
+
+
+def router(keeps=frozenset(), delivered=None, heard=frozenset()) -> KeepingGossipSub:
+    delivered = delivered or {}
+    return KeepingGossipSub(keeps=lambda p: p in keeps, rank=lambda p: (p in heard, delivered.get(p, 0.0)),
+                            protocols=["/meshsub/1.1.0"], degree=6, degree_low=4, degree_high=12, heartbeat_interval=1)
+
+
+def test_a_crowd_of_new_identities_is_pruned_before_the_peers_this_node_keeps(tmp_path):
+    friend, useful, old, *crowd = [peer(tmp_path, f"p{i}") for i in range(14)]
+    r = router(keeps={friend.to_base58()}, delivered={useful.to_base58(): 3.0})
+    now = time.monotonic()
+    r._since = {p: now - 1 for p in [friend, useful, *crowd]} | {old: now - 300}  # old: 5 minutes
+    r.mesh[TOPIC] = {friend, useful, old, *crowd}
+    pruned = r._select_peers_for_pruning(TOPIC, 14 - 6)
+    assert len(pruned) == 8 and not {friend, useful, old} & set(pruned)
+    assert r._select_peers_for_pruning(TOPIC, 0) == []
+
+
+def test_among_peers_of_about_the_same_age_those_that_announced_stay_and_the_rest_is_chance(tmp_path):
+    quiet, talker, *others = [peer(tmp_path, f"q{i}") for i in range(4)]
+    r = router(heard={talker.to_base58(), *(o.to_base58() for o in others)})
+    now = time.monotonic()
+    r._since = {quiet: now - 20, talker: now - 20, others[0]: now - 21, others[1]: now - 22}  # one bucket
+    r.mesh[TOPIC] = {quiet, talker, *others}
+    assert r._select_peers_for_pruning(TOPIC, 1) == [quiet]
+    chosen = {r._select_peers_for_pruning(TOPIC, 2)[1] for _ in range(40)}
+    assert len(chosen) >= 2  # the tie among those that announced is broken at random
+
+
+def graft(r: KeepingGossipSub, sender: ID) -> list[ID]:
+    """Deliver a GRAFT from `sender`; the peers the router answered with PRUNE."""
+    pruned = []
+
+    async def emit_prune(topic, to, do_px, is_unsubscribe):
+        pruned.append(to)
+
+    r.emit_prune = emit_prune
+    trio.run(r.handle_graft, rpc_pb2.ControlGraft(topicID=TOPIC), sender)
+    return pruned
+
+
+def test_a_graft_in_a_backoffs_last_seconds_is_taken_and_one_earlier_refused(tmp_path):
+    late, early = peer(tmp_path, "late"), peer(tmp_path, "early")
+    r = router()
+    r.mesh[TOPIC] = set()
+    r.back_off[TOPIC] = {late: int(time.time()) + GRAFT_BACKOFF_SLACK_S - 1, early: int(time.time()) + 30}
+    assert graft(r, late) == [] and late in r.mesh[TOPIC] and late not in r.back_off[TOPIC]
+    assert graft(r, early) == [early] and early not in r.mesh[TOPIC] and early in r.back_off[TOPIC]
+
+
+def test_a_graft_refused_for_another_reason_keeps_its_backoff(tmp_path):
+    direct = peer(tmp_path, "direct")
+    r = router()
+    r.mesh[TOPIC] = set()
+    r.direct_peers = {direct}  # the library refuses a direct peer's GRAFT after the backoff check
+    until = int(time.time()) + 1
+    r.back_off[TOPIC] = {direct: until}
+    assert graft(r, direct) == [direct]
+    assert r.back_off[TOPIC][direct] >= until
