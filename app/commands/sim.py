@@ -236,8 +236,9 @@ def simulate(options: SimOptions, paths: Paths) -> int:
 
 
 def _linger(node: _SimNode) -> bool:
-    """Pause a node that has done its rounds (the round after is dropped, never recorded) and keep it
-    in the swarm, serving its bundles, until every node is done; False when it cannot be reached."""
+    """Pause a node that has done its rounds and keep it in the swarm, serving its bundles, until
+    every node is done (the round it began after is dropped, or left out of the figures when it
+    finished first); False when it cannot be reached."""
     try:
         send(node.home / "state", "pause")
     except ControlError:

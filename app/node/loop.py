@@ -38,8 +38,7 @@ from ..learning.evaluation import EvalResult
 from ..learning.prompt import PromptFormat
 from ..learning.rescue import clock_window
 from ..learning.rollout import QuestionGroup
-from ..learning.round import RoundSettings, Stopwatch, own_groups, select, train
-from ..learning.round_assembly import RoundClosing, assemble
+from ..learning.round import RoundClosing, RoundSettings, Stopwatch, assemble, own_groups, select, train  # step 8: round_assembly.py
 from ..learning.tasks import Preset, load_preset
 from ..metrics import append_record, reconcile
 from ..models import ResolvedModel, resolve_model
