@@ -69,8 +69,7 @@ def test_an_experiment_flag_out_of_range_is_refused(tmp_path, capsys, flag):
 
 
 def test_the_experiment_help_names_every_design(capsys, monkeypatch):
-    """The parser does not import the designs (they pull in reasoning-gym): its help is written by
-    hand, and this keeps it whole when a design is added."""
+    """A design is declared in designs.py alone: the command's help names it from there."""
     from swarmling.app.commands.experiment.designs import DESIGNS
 
     monkeypatch.setenv("COLUMNS", "10000")  # no line breaks inside a hyphenated name
@@ -78,3 +77,22 @@ def test_the_experiment_help_names_every_design(capsys, monkeypatch):
         main(["experiment", "--help"])
     text = capsys.readouterr().out
     assert [name for name in DESIGNS if name not in text] == []
+
+
+def test_a_command_that_only_talks_to_the_node_imports_no_model_library(tmp_path):
+    """Each command's module is imported when it runs: `status` (and `--help`) stay instant."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from swarmling.app.cli import main; main(['--home', sys.argv[1], 'status']); "
+            "print(sorted(m for m in ('torch', 'textual', 'llama_cpp', 'reasoning_gym', 'libp2p') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "eval", "export", "experiment", "bench-swarm", "config", "join"])
+def test_each_command_declares_its_flags_in_its_own_module(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_arguments([command, "--help"])
+    assert exit_.value.code == 0
+    assert "--" in capsys.readouterr().out.split("options:", 1)[1]

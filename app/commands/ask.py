@@ -11,7 +11,6 @@ the node's; swapping the adapter in and out between the two answers costs millis
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -29,8 +28,10 @@ from ..learning.reward import RIGHT
 from ..learning.tasks import load_preset
 from ..models import resolve_model
 from ..paths import Paths
-from ..sizing import reply_tokens
+from ..hardware import detect
+from ..sizing import node_threads, reply_tokens
 from .checkpoint_choice import take_checkpoint
+from .arguments import Invocation, add_checkpoint_choice, add_config_flags
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,7 @@ def ask_command(config: Config, paths: Paths, question: str, checkpoint: Path | 
     question = question.strip()
     if not question:
         raise NodeError("ask what? e.g. swarmling ask \"What is 17 + 25?\"")
-    threads = config.backend.threads or max(1, (os.cpu_count() or 2) - 1)
-    tryit = TryIt.for_node(config, paths, threads)
+    tryit = TryIt.for_node(config, paths, node_threads(config, detect()))
     try:
         try:
             tryit.load(paths.checkpoints, checkpoint, best)
@@ -174,3 +174,13 @@ class NodeAsker:
 
     def close(self) -> None:
         self.tryit.close()
+
+
+def ask_arguments(p) -> None:
+    p.add_argument("question", help='e.g. "What is 17 + 25?"')
+    add_checkpoint_choice(p)
+    add_config_flags(p)
+
+
+def ask_main(c: Invocation) -> int:
+    return ask_command(c.config, c.paths, c.args.question, c.args.checkpoint, c.args.best)

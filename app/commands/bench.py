@@ -42,6 +42,7 @@ from ..learning.draws import RoundDraws
 from ..learning.round import run_round, training_samples
 from ...backends.base import Backend, GenerationProfile, TrainerSwitches, TrainSample
 from ...backends.torch_compile import graphs_compiled
+from .arguments import Invocation, add_config_flags, positive
 
 
 BENCH_SEED = 1  # the rounds every bench times (unless run.seed names others)
@@ -323,3 +324,12 @@ def generation_profile(p: GenerationProfile) -> str:
                      f"(mean {tokens / len(steps):.1f}: the longest reply holds the batch open)")
     lines.append(f"    Python   {p.python_s:6.2f} s  ({p.python_s / p.total_s:.0%}: sampling, logprobs, end checks, batches)")
     return "\n".join(lines)
+
+
+def bench_arguments(p) -> None:
+    p.add_argument("--rounds", type=positive, default=2, help="rounds to time (default 2; the first warms up)")
+    add_config_flags(p)
+
+
+def bench_main(c: Invocation) -> int:
+    return bench(c.config, c.paths, c.args.rounds)

@@ -34,6 +34,7 @@ from ...backends.torch_generator import TorchGenerator
 from ...backends.settings import GrpoSettings, LoraSettings, OptimSettings
 from ...backends.torch_lora import TorchLoraTrainer
 from ..config import Config
+from .arguments import Invocation, positive
 
 
 @dataclass(frozen=True)
@@ -252,3 +253,13 @@ def _hf_generate(trainer, prompts, shape: Shape, device, steady_rounds) -> tuple
         model.config.use_cache = was
         model.train()
     return first, steady
+
+
+def bench_gpu_arguments(p) -> None:
+    p.add_argument("--device", default="cuda", help="cuda (default), or cpu with --tiny to check the command")
+    p.add_argument("--tiny", action="store_true", help="a toy shape (for checking the command, not for timing)")
+    p.add_argument("--rounds", type=positive, default=3, help="steady calls to take the median of (default 3)")
+
+
+def bench_gpu_main(c: Invocation) -> int:
+    return bench_gpu(c.args.device, c.args.tiny, c.args.rounds)

@@ -6,6 +6,7 @@ import json
 import sys
 
 from ..node.control import ControlError, send
+from .arguments import Invocation
 
 
 def control_command(paths, cmd: str, as_json: bool) -> int:
@@ -51,3 +52,12 @@ def control_command(paths, cmd: str, as_json: bool) -> int:
         state = "running" if host["running"] else "restarting"
         print(f"swarm    host {state}, restarted {host['restarts']}x (last failure: {host['last_error'] or '-'})")
     return 0
+
+
+def status_arguments(p) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable")
+
+
+def control_main(c: Invocation) -> int:
+    """status, pause, resume and finish: one message to the running node's control socket."""
+    return control_command(c.paths, c.args.command, getattr(c.args, "json", False))

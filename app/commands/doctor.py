@@ -12,6 +12,7 @@ from ..hardware import choose_backend, detect
 from ..models import SHIPPED, ModelError, resolve_model
 from ..paths import Paths
 from ..learning.tasks import load_preset
+from .arguments import Invocation, add_config_flags
 
 
 def swarm_report(config: Config, paths: Paths) -> None:
@@ -100,3 +101,11 @@ def doctor(config: Config, paths: Paths, config_file: Path) -> int:
         if label != "config file":
             print(f"  {label:<13} {value}")
     return status
+
+
+def doctor_arguments(p) -> None:
+    add_config_flags(p)
+
+
+def doctor_main(c: Invocation) -> int:
+    return doctor(c.config, c.paths, c.config_file)

@@ -20,6 +20,7 @@ from ..node.best import best_folder, read_best
 from ..node.checkpoint import STATE, latest_checkpoint
 from ..paths import Paths
 from ..sizing import plan
+from .arguments import Invocation, add_checkpoint_choice, add_config_flags, positive
 
 
 def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bool, as_json: bool,
@@ -89,3 +90,17 @@ def _trained_levels(checkpoint: Path, preset) -> dict[str, int] | None:
     except (OSError, ValueError):
         return None
     return Curriculum.from_dict(preset, state.get("curriculum")).levels() if state.get("curriculum") else None
+
+
+def eval_arguments(p) -> None:
+    add_checkpoint_choice(p, base=True)
+    p.add_argument("--pass-at", type=positive, metavar="K",
+                   help="pass@K instead: K replies per item at the training temperature (the base model's is the "
+                        "ceiling RL can be expected to approach)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_config_flags(p)
+
+
+def eval_main(c: Invocation) -> int:
+    a = c.args
+    return eval_command(c.config, c.paths, a.checkpoint, a.base, a.json, a.best, a.pass_at)

@@ -19,6 +19,7 @@ from ..node.best import best_folder, read_best
 from ..node.checkpoint import round_folder
 from ..node.state_lock import StateDirLock
 from ..paths import Paths
+from .arguments import Invocation
 
 
 def reset_command(paths: Paths, to_best: bool) -> int:
@@ -58,3 +59,11 @@ def _archive(paths: Paths, keep_best: bool) -> Path:
         if part.exists():
             shutil.move(part, archive / part.name)
     return archive
+
+
+def reset_arguments(p) -> None:
+    p.add_argument("--best", action="store_true", help="resume from the checkpoint with the best held-out accuracy")
+
+
+def reset_main(c: Invocation) -> int:
+    return reset_command(c.paths, c.args.best)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..config import Config
+from .arguments import Invocation, add_config_flags, positive
 
 
 def run_command(config: Config, paths, rounds: int | None, headless: bool, config_file: Path, cli) -> int:
@@ -76,3 +77,14 @@ def run_headless(config: Config, paths, rounds: int | None) -> int:
         if shown:
             print(shown, flush=True)
     return 0
+
+
+def run_arguments(p) -> None:
+    p.add_argument("--headless", action="store_true",
+                   help="no UI: one line per round on stdout (the default when not on a terminal)")
+    p.add_argument("--rounds", type=positive, help="stop after this many rounds")
+    add_config_flags(p)
+
+
+def run_main(c: Invocation) -> int:
+    return run_command(c.config, c.paths, c.args.rounds, c.args.headless, c.config_file, c.overrides)

@@ -20,6 +20,7 @@ from xml.sax.saxutils import escape
 from ...backends.atomic import write_atomic
 
 from ..paths import Paths
+from .arguments import Invocation
 
 UNIT = "swarmling.service"
 AGENT = "io.swarmling.node.plist"
@@ -153,3 +154,12 @@ def service_command(paths: Paths, action: str, home: str | None, start: bool) ->
         print(f"swarmling: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def service_arguments(p) -> None:
+    p.add_argument("action", choices=("install", "uninstall", "status"))
+    p.add_argument("--no-start", action="store_true", help="install: write the unit file only")
+
+
+def service_main(c: Invocation) -> int:
+    return service_command(c.paths, c.args.action, os.environ.get("SWARMLING_HOME") or c.args.home, not c.args.no_start)

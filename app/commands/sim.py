@@ -28,6 +28,7 @@ from ..learning.round_record import RoundRecord
 from ..metrics import read_records
 from ..node.control import ControlError, send
 from ..swarm.p2p.identity import new_identity
+from .arguments import Invocation, add_config_flags, node_counts, positive
 
 TINY = (("round.questions", 4), ("round.completions", 4), ("round.max_new_tokens", 12), ("round.external_groups", 2))
 # Training memory grows with the tokens per microbatch (≈ 1.2 GB per node at 256, several GB at
@@ -306,3 +307,21 @@ def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, RoundRecord]
             "bytes_out": [x.swarm_stats.bytes_out for x in recs],
         }
     return {"rounds": rounds, "nodes": per_node}
+
+
+def sim_arguments(p) -> None:
+    p.add_argument("--nodes", type=node_counts, default=(3,), metavar="N[,N…]",
+                   help="how many nodes (default 3); several counts, e.g. 8,16, run one swarm after the other "
+                        "and compare their per-node traffic (the swarm benchmark)")
+    p.add_argument("--rounds", type=positive, default=3, help="rounds per node (default 3)")
+    p.add_argument("--dir", type=Path, help="where the nodes keep their state (default: a new folder under the state dir)")
+    p.add_argument("--tiny", action="store_true", help="tiny rounds (4 questions x 4 completions, 12 tokens): for network experiments")
+    p.add_argument("--timeout", type=positive, default=3600, help="stop every node after this many seconds (default 3600)")
+    add_config_flags(p)
+
+
+def sim_main(c: Invocation) -> int:
+    a = c.args
+    runs = [SimOptions(n, a.rounds, a.dir / f"{n}-nodes" if a.dir and len(a.nodes) > 1 else a.dir, a.tiny, a.timeout,
+                       c.overrides) for n in a.nodes]
+    return simulate(runs[0], c.paths) if len(runs) == 1 else compare(runs, c.paths)

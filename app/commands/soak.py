@@ -28,6 +28,7 @@ from pathlib import Path
 from statistics import fmean
 
 from .swarm_bench import BenchOptions, make_nodes, node_specs, node_stats, play_round
+from .arguments import Invocation, positive
 
 ROUND_S = 1.0
 MEASURES = ("rss_mb", "fds", "threads", "connections", "streams", "board", "reputation", "seen_cache",
@@ -256,3 +257,16 @@ def soak_command(opts: SoakOptions) -> int:
     summary = soak(opts)
     return 0 if summary["within_bounds"] else 1
 
+
+def soak_arguments(p) -> None:
+    p.add_argument("--nodes", type=positive, default=3, help="nodes, one process each (default 3)")
+    p.add_argument("--rounds", type=positive, default=1000, help="rounds (default 1000)")
+    p.add_argument("--round-seconds", type=float, default=1.0, help="length of a round (default 1 s)")
+    p.add_argument("--every", type=positive, default=10, help="rounds between samples (default 10)")
+    p.add_argument("--warmup", type=int, default=100, help="rounds left out of the slopes (default 100)")
+    p.add_argument("--dir", type=Path, help="where the nodes and the results go (default: a temp folder)")
+
+
+def soak_main(c: Invocation) -> int:
+    a = c.args
+    return soak_command(SoakOptions(a.nodes, a.rounds, a.round_seconds, a.every, a.warmup, a.dir))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..config import Config, ConfigError
+from .arguments import Invocation, add_config_flags, positive
 
 
 def invite_command(config: Config, paths, helpers: list[str], public_host: str) -> int:
@@ -113,3 +114,47 @@ def listen_hosts(listen_host: str) -> list[str]:
     from ..swarm.p2p.addresses import interface_hosts
 
     return interface_hosts() if listen_host in ("0.0.0.0", "") else [listen_host]
+
+
+def identity_arguments(p) -> None:
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--new", action="store_true", help="replace the identity with a fresh one (a cloned machine, a leaked key)")
+    who.add_argument("--adopt", action="store_true", help="keep the identity on this machine after moving the node here")
+    add_config_flags(p)
+
+
+def identity_main(c: Invocation) -> int:
+    return identity_command(c.config, c.paths, new=c.args.new, adopt=c.args.adopt)
+
+
+def invite_arguments(p) -> None:
+    p.add_argument("--helper", dest="helpers", action="append", default=[], metavar="MULTIADDR",
+                   help="also invite through this helper, /ip4|dns4/…/tcp/…/p2p/<peer id> (repeatable)")
+    p.add_argument("--public-host", default="", metavar="IP|NAME",
+                   help="this machine's public IP or DNS name, when it is not on one of its interfaces "
+                        "(a forwarded port, a cloud VM)")
+    add_config_flags(p)
+
+
+def invite_main(c: Invocation) -> int:
+    return invite_command(c.config, c.paths, c.args.helpers, c.args.public_host)
+
+
+def join_arguments(p) -> None:
+    p.add_argument("invite", help="the line `swarmling invite` printed (swarmling:1:…)")
+    p.add_argument("--replace", action="store_true", help="drop the helpers listed before instead of keeping them")
+
+
+def join_main(c: Invocation) -> int:
+    return join_command(c.paths, c.config_file, c.args.invite, c.args.replace)
+
+
+def relay_arguments(p) -> None:
+    p.add_argument("--public-host", default="", metavar="IP",
+                   help="the address peers dial when it is not this machine's (a forwarded port on a home router)")
+    p.add_argument("--every", type=positive, default=60, metavar="S", help="print figures every S seconds (default 60)")
+    add_config_flags(p)
+
+
+def relay_main(c: Invocation) -> int:
+    return relay_command(c.config, c.paths, c.args.public_host, c.args.every)

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
 
+from .arguments import Invocation, node_counts, positive
+
 SWARM = "bench"
 MODEL = "synthetic"
 HOSTS_PER_PROCESS = 8
@@ -434,3 +436,23 @@ def bench_swarm(opts: BenchOptions, say=print) -> int:
                                    "results": [asdict(r) for r in results]}, indent=1))
     say(f"per-node samples: {summary}")
     return 0
+
+
+def bench_swarm_arguments(p) -> None:
+    p.add_argument("--nodes", type=node_counts, default=(8, 16, 32, 64), metavar="N[,N…]",
+                   help="swarm sizes, one after the other (default 8,16,32,64)")
+    p.add_argument("--rounds", type=positive, default=3, help="measured rounds per size (default 3)")
+    p.add_argument("--warmup", type=int, help="rounds before measuring (default 3; 7 with --cold)")
+    p.add_argument("--round-seconds", type=float, default=0.0,
+                   help="length of a round (default: 15 s, or 0.9 s per node when more)")
+    p.add_argument("--cold", action="store_true",
+                   help="start every node on one topic (shard levels then settle within 7 rounds)")
+    p.add_argument("--dial", type=positive, default=4, help="random peers each node dials (default 4)")
+    p.add_argument("--dir", type=Path, help="where the nodes keep identities and the results (default: a temp folder)")
+
+
+def bench_swarm_main(c: Invocation) -> int:
+    a = c.args
+    warmup = a.warmup if a.warmup is not None else 7 if a.cold else 3
+    return bench_swarm(BenchOptions(a.nodes, rounds=a.rounds, warmup=warmup, round_s=a.round_seconds, dial=a.dial,
+                                    directory=a.dir, cold=a.cold))

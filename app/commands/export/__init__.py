@@ -28,6 +28,7 @@ from ...learning.tasks import load_preset
 from ...models import SHIPPED, ResolvedModel, resolve_model
 from ...paths import Paths
 from ...sizing import reply_tokens
+from ..arguments import Invocation, add_checkpoint_choice, add_config_flags
 from ..checkpoint_choice import take_checkpoint
 from .gguf_folder import write_gguf_files
 from .hf_folder import write_hf_files
@@ -123,3 +124,16 @@ def _hf_usage(out: Path, form: PromptFormat, max_new_tokens: int) -> str:
         "print(tokenizer.decode(reply[0, ids.shape[1]:], skip_special_tokens=True))",
         "```",
     ])
+
+
+def export_arguments(p) -> None:
+    add_checkpoint_choice(p)
+    p.add_argument("--format", dest="fmt", choices=("gguf", "hf"),
+                   help="gguf: base GGUF + adapter GGUF + Modelfile, for llama.cpp and Ollama (the default where the "
+                        "base is a GGUF); hf: merged safetensors for transformers")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) folder to write")
+    add_config_flags(p)
+
+
+def export_main(c: Invocation) -> int:
+    return export_command(c.config, c.paths, c.args.out, c.args.checkpoint, c.args.best, c.args.fmt)
