@@ -41,7 +41,8 @@ from . import torch_compile
 from .hf_from_gguf import converted_folder
 from .llama_cpp_generator import LlamaCppGenerator
 from .settings import GrpoSettings, LoraSettings, OptimSettings
-from .torch_lora import TorchLoraTrainer, TorchTrainedBackend
+from .torch_lora import TorchLoraTrainer
+from .torch_trained import TorchTrainedBackend
 
 log = logging.getLogger(__name__)
 

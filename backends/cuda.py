@@ -30,7 +30,8 @@ from .base import (
 from .chat_template import render
 from .torch_generator import TorchGenerator
 from .settings import GrpoSettings, LoraSettings, OptimSettings
-from .torch_lora import TorchLoraTrainer, TorchTrainedBackend
+from .torch_lora import TorchLoraTrainer
+from .torch_trained import TorchTrainedBackend
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class CudaSettings:
     full: bool = False  # train every weight instead of a LoRA adapter
     # The base's precision, GPU or not. fp32, with TF32 matmuls on the GPU: in bf16 each adapted
     # layer's output is rounded to bf16 with the adapter's update added, and an update below half
-    # a bf16 step of that output is lost (the CPU's eager bf16 trainer lost them: README, "A
+    # a bf16 step of that output is lost (the CPU's eager bf16 trainer lost them: docs/measured.md, "A
     # trainer that was not its sampler"); tests/test_cuda_precision.py measures it on either
     # device. The model is small and the round launch-bound (bench-gpu), so fp32 costs little.
     dtype: torch.dtype = torch.float32

@@ -88,3 +88,11 @@ class SamplerGap:
     @property
     def outside_share(self) -> float:
         return self.outside / self.tokens if self.tokens else 0.0
+
+    def averaged_into(self, sampler_bias: float, steps_taken: int) -> float:
+        """The node's sampler bias after this step (both trainers): this step's signed mean at the
+        first update, then an average that weighs it 0.2; unchanged when no token had a sampler
+        logprob (peers' re-tokenised replies alone)."""
+        if not self.tokens:
+            return sampler_bias
+        return self.signed_mean if steps_taken <= 1 else 0.8 * sampler_bias + 0.2 * self.signed_mean

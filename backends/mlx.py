@@ -9,14 +9,14 @@ frameworks (a resumed node on another backend restarts AdamW's moments).
 
 On Linux `mlx[cpu]` runs the same code slowly; CI uses it with tiny shapes. Generation decodes
 each prompt's G completions as one batch (equal lengths, no mask needed). Training shares each
-group's prompt (`shared_prefix.py`): one prompt pass whose keys and values the group's
-completions attend to (`SharedPrefixCache`), right-padded, which causal attention needs no mask
-for (padding only follows the real tokens).
+group's prompt (`mlx_passes.py`). The parts: the GRPO weights and objective in `mlx_grpo.py`,
+the forward passes in `mlx_passes.py`, the checkpoint files in `mlx_adapter_files.py`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
-from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx.utils import tree_flatten, tree_map
 
 from .base import (
     Abandoned,
@@ -41,29 +41,24 @@ from .base import (
     TrainSample,
     TrainStats,
 )
-from .adapter_format import ADAPTER_FILE, MLX_OPTIMIZER_FILE, check_adapter_config, write_lora_config
 from .chat_template import render
 from .completion import check_sampling, generation_result
 from .incremental_text import IncrementalText
 from .microbatches import SamplerGap, anchored_replies, own_tokens, sampler_logprobs
-from .mlx_grpo import (
-    grpo_token_objective,
-    k2_anchor,
-    k3_kl,
-    negative_reply_weight,
-    sequence_importance_weight,
-    truncated_importance_weight,
-)
+from .mlx_grpo import grpo_token_objective, k2_anchor, k3_kl, token_weights
+from .mlx_adapter_files import load_adapter, load_optimizer_state, save_adapter, save_optimizer_state
+from .mlx_passes import logprobs
 from .sequence_end import SequenceEnd
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import Row, completion_inputs, packed_rows
+
+log = logging.getLogger(__name__)
 
 # peft target names -> mlx-lm module paths inside a decoder layer
 MODULE_PATHS = {
     "q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
     "o_proj": "self_attn.o_proj", "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj",
 }
-PEFT_PREFIX = "base_model.model."
 
 
 @dataclass(frozen=True)
@@ -90,12 +85,6 @@ def mlx_config_fixes(model_dir: Path) -> dict:
     if rope.get("rope_type", "default") != "default" and "rope_scaling" not in config:
         fixes["rope_scaling"] = rope
     return fixes
-
-
-def peft_name(mlx_name: str) -> str:
-    """model.layers.0.self_attn.q_proj.lora_a -> base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"""
-    stem, part = mlx_name.rsplit(".", 1)
-    return f"{PEFT_PREFIX}{stem}.{'lora_A' if part == 'lora_a' else 'lora_B'}.weight"
 
 
 class MlxBackend(Backend):
@@ -199,44 +188,6 @@ class MlxBackend(Backend):
         return [Completion(self._text(t), t, lp, end.finish_reason) for t, lp, end in zip(toks, lps, ends)]
 
     # ---- training ------------------------------------------------------------------------------
-    def _logprobs(self, model, samples: Sequence[TrainSample], rows: Sequence[Row], surprise: bool = False) -> mx.array:
-        """log pi(completion token | prefix) for every completion token of `rows`, concatenated in
-        row order (the order of `shared_prefix.layout`); with `surprise`, -log pi - H(pi) instead
-        (Trainer.token_surprise)."""
-        per_row = []
-        for row in rows:
-            logits, targets = self._row_logits(model, samples, row)
-            if surprise:  # the whole distribution, for its entropy: only here, not in the training pass
-                logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-                chosen = mx.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
-                per_row.append(-chosen + (mx.exp(logp) * logp).sum(axis=-1))
-            else:
-                per_row.append(mx.take_along_axis(logits, targets[:, None], axis=-1)[:, 0] - mx.logsumexp(logits, axis=-1))
-        return mx.concatenate(per_row)
-
-    def _row_logits(self, model, samples: Sequence[TrainSample], row: Row) -> tuple[mx.array, mx.array]:
-        """One prompt pass, whose keys and values every completion of the row then attends to
-        (positions after the prompt's, as in its own sequence); completions are right-padded,
-        which causal attention never looks ahead at."""
-        caches = [SharedPrefixCache() for _ in model.layers]
-        prompt_logits = model(mx.array([row.prompt]), cache=caches)[0, -1:]
-        members = [samples[i] for i in row.samples]
-        width = max(completion_inputs(s) for s in members)
-        scored, targets = [], []
-        if width:
-            ids = np.zeros((len(members), width), dtype=np.int32)
-            for k, s in enumerate(members):
-                ids[k, : completion_inputs(s)] = s.completion_ids[: completion_inputs(s)]
-            logits = model(mx.array(ids), cache=caches).reshape(-1, prompt_logits.shape[-1])
-            flat = mx.concatenate([prompt_logits, logits])
-        else:
-            flat = prompt_logits
-        for k, s in enumerate(members):
-            # token 0 is predicted by the prompt's last position (row 0), token t by row 1 + k * width + t - 1
-            scored.extend([0] + [1 + k * width + t for t in range(completion_inputs(s))] if s.completion_ids else [])
-            targets.extend(s.completion_ids)
-        return flat[mx.array(scored)].astype(mx.float32) / self.settings.temperature, mx.array(targets)
-
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         return self._per_token(samples, surprise=False)
 
@@ -246,7 +197,7 @@ class MlxBackend(Backend):
     def _per_token(self, samples: Sequence[TrainSample], surprise: bool) -> list[list[float]]:
         out: list[list[float]] = [[] for _ in samples]
         for rows in packed_rows(samples, self.settings.optim.microbatch_tokens, self.shared_prefix):
-            lp = np.array(self._logprobs(self.model, samples, rows, surprise))
+            lp = np.array(logprobs(self.model, samples, rows, self.settings.temperature, surprise))
             i = 0
             for row in rows:
                 for j in row.samples:
@@ -272,13 +223,13 @@ class MlxBackend(Backend):
 
         def loss_fn(model, rows: list[Row], reference: mx.array | None):
             batch = [samples[i] for row in rows for i in row.samples]
-            logp = self._logprobs(model, samples, rows)
+            logp = logprobs(model, samples, rows, self.settings.temperature)
             given = [s.old_logprobs for s in batch]
             old = mx.stop_gradient(logp) if all(g is None for g in given) else mx.array(
                 [x for s, g in zip(batch, given) for x in (g if g is not None else [float("nan")] * len(s.completion_ids))])
             old = mx.where(mx.isnan(old), mx.stop_gradient(logp), old)
             adv = mx.array([s.advantage for s in batch for _ in s.completion_ids])
-            weight = _importance_weight(batch, old, grpo, self.sampler_bias, negatives)
+            weight = token_weights(batch, old, grpo, self.sampler_bias, negatives)
             objective, ratio, clipped = grpo_token_objective(logp, old, adv, grpo, weight)
             kl = mx.zeros((1,))
             if reference is not None:
@@ -321,15 +272,15 @@ class MlxBackend(Backend):
                 on_progress(done, total, done)
         grads_sum, grad_norm = optim.clip_grad_norm(grads_sum, self.settings.optim.max_grad_norm)
         grad_norm = float(grad_norm)
-        warmup = self.settings.optim.warmup_steps
-        lr = self.settings.optim.learning_rate * (min(1.0, (self.steps + 1) / warmup) if warmup else 1.0)
-        if np.isfinite(grad_norm):
+        lr = self.settings.optim.step_size(self.steps)
+        if not np.isfinite(grad_norm):
+            log.warning("skipped an update with a non-finite gradient norm")  # as the torch trainer does
+        else:
             self.optimizer.learning_rate = lr
             self.optimizer.update(self.model, grads_sum)
             mx.eval(self.model.parameters(), self.optimizer.state)
             self.steps += 1
-        if gap.tokens:
-            self.sampler_bias = gap.signed_mean if self.steps <= 1 else 0.8 * self.sampler_bias + 0.2 * gap.signed_mean
+        self.sampler_bias = gap.averaged_into(self.sampler_bias, self.steps)
         return TrainStats(
             loss=stats["loss"], tokens=total, samples=len(samples), seconds=time.perf_counter() - start,
             grad_norm=grad_norm, clip_fraction=stats["clipped"] / total, ratio_mean=stats["ratio"] / total,
@@ -348,7 +299,7 @@ class MlxBackend(Backend):
         for m in layers:
             m.scale = 0.0
         try:
-            reference = mx.stop_gradient(self._logprobs(self.model, samples, rows))
+            reference = mx.stop_gradient(logprobs(self.model, samples, rows, self.settings.temperature))
             mx.eval(reference)
             return reference
         finally:
@@ -358,107 +309,17 @@ class MlxBackend(Backend):
     def hand_off(self) -> float:
         return 0.0  # the sampler is the model being trained
 
-    # ---- persistence: the node's (peft) adapter format -----------------------------------------
+    # ---- persistence: the node's (peft) adapter format (mlx_adapter_files.py) -------------------
     def save_adapter(self, directory: Path) -> None:
-        directory = Path(directory)
-        weights = {peft_name(k): mx.array(np.ascontiguousarray(np.array(v).T))
-                   for k, v in tree_flatten(self.model.trainable_parameters())}
-        mx.save_safetensors(str(directory / ADAPTER_FILE), weights)
-        write_lora_config(directory, self.settings.lora)
+        save_adapter(self.model, self.settings.lora, directory)
 
     def load_adapter(self, directory: Path) -> None:
-        directory = Path(directory)
-        check_adapter_config(directory, self.settings.lora, full=False)
-        stored = mx.load(str(directory / ADAPTER_FILE))
-        ours = dict(tree_flatten(self.model.trainable_parameters()))
-        missing = [k for k in ours if peft_name(k) not in stored]
-        if missing:
-            raise ValueError(f"the adapter in {directory} does not fit this model: {missing[:3]}")
-        self.model.update(tree_unflatten([(k, stored[peft_name(k)].T.astype(ours[k].dtype)) for k in ours]))
-        mx.eval(self.model.parameters())
+        load_adapter(self.model, self.settings.lora, directory)
 
     def save_state(self, directory: Path) -> None:
-        self.save_adapter(directory)
-        state = dict(tree_flatten(self.optimizer.state))
-        state["steps"] = mx.array(self.steps)
-        mx.save_safetensors(str(Path(directory) / MLX_OPTIMIZER_FILE), state)
+        save_adapter(self.model, self.settings.lora, directory)
+        save_optimizer_state(self.optimizer, self.steps, directory)
 
     def load_state(self, directory: Path) -> None:
-        self.load_adapter(directory)
-        path = Path(directory) / MLX_OPTIMIZER_FILE
-        if path.exists():  # a checkpoint from another backend has only the adapter: AdamW starts fresh
-            state = mx.load(str(path))
-            self.steps = int(state.pop("steps").item())
-            self.optimizer.state = tree_unflatten(list(state.items()))
-
-
-class SharedPrefixCache:
-    """mlx-lm's per-layer cache protocol (offset, update_and_fetch, make_mask) for a shared
-    prefix: the first call (the prompt, batch 1) is remembered; every later call (the
-    completions, batch G) attends to it broadcast over the batch, at positions after it. Unlike
-    mlx-lm's KVCache it never writes into a buffer, so gradients flow back into the prompt."""
-
-    def __init__(self) -> None:
-        self.keys: mx.array | None = None
-        self.values: mx.array | None = None
-        self.offset = 0
-
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        if self.keys is None:
-            self.keys, self.values, self.offset = keys, values, keys.shape[2]
-            return keys, values
-        batch = keys.shape[0]
-        shared_k = mx.broadcast_to(self.keys, (batch, *self.keys.shape[1:]))
-        shared_v = mx.broadcast_to(self.values, (batch, *self.values.shape[1:]))
-        return mx.concatenate([shared_k, keys], axis=2), mx.concatenate([shared_v, values], axis=2)
-
-    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None):
-        from mlx_lm.models.base import create_causal_mask
-
-        if window_size is not None:
-            raise ValueError("shared-prefix training does not support sliding-window attention")
-        if n == 1:
-            return None  # one query attends to every key
-        return create_causal_mask(n, offset=self.offset) if self.offset or return_array else "causal"
-
-
-def _importance_weight(batch: Sequence[TrainSample], old: mx.array, grpo: GrpoSettings, sampler_bias: float,
-                       negatives: list[float]) -> mx.array | None:
-    """Per-token weight of the GRPO objective, as torch_grpo.token_weights: the truncated pi_old /
-    pi_sampler on tokens this node sampled, times the sequence-level weight of peers'
-    completions when `external_importance_cap` is on, and at most external_negative_cap for a
-    peer's reply with a negative advantage; None when none applies. A reply from another model
-    (another tokenizer) gets no ratio whatever the caps: its right replies weigh 1, its wrong ones
-    0 while the negative cap is on."""
-    weight = None
-    sampler = sampler_logprobs(batch) if grpo.importance_cap > 0 else None
-    if sampler is not None:
-        known = ~np.isnan(sampler)
-        capped = truncated_importance_weight(old, mx.array(np.where(known, sampler, 0.0).astype(np.float32)),
-                                             grpo.importance_cap)
-        weight = mx.where(mx.array(known), capped, 1.0)
-    senders = [s.sequence_behaviour_logprob for s in batch]
-    cap, negative_cap = grpo.external_importance_cap, grpo.external_negative_cap
-    if (cap > 0 or negative_cap > 0) and any(x is not None for x in senders):
-        parts, offset = [], 0
-        for s, sender in zip(batch, senders):
-            n = len(s.completion_ids)
-            w = mx.array(1.0)
-            pushed_down = negative_cap > 0 and s.advantage < 0
-            if sender is not None and s.from_other_model:  # no comparable logprob: no ratio
-                if pushed_down:
-                    w = mx.array(0.0)
-                    negatives.append(0.0)
-            elif sender is not None:
-                total, sent = old[offset : offset + n].sum(), mx.array(sender, dtype=mx.float32)
-                if cap > 0:
-                    w = sequence_importance_weight(total, sent, cap)
-                if pushed_down:
-                    negative = negative_reply_weight(total, sent, n, sampler_bias, negative_cap)
-                    w = mx.minimum(w, negative)
-                    negatives.append(float(negative))
-            parts.append(mx.broadcast_to(w, (n,)))
-            offset += n
-        external = mx.concatenate(parts)
-        weight = external if weight is None else weight * external
-    return weight
+        load_adapter(self.model, self.settings.lora, directory)
+        self.steps = load_optimizer_state(self.optimizer, self.steps, directory)

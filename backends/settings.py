@@ -1,7 +1,7 @@
 """What a backend is built from, as plain frozen dataclasses: no torch or MLX import, so every
 backend (and the app) can name them whichever frameworks are installed.
 
-Every value comes from the node's configuration: `app/config.py` holds the defaults, once, and
+Every value comes from the node's configuration: `app/config/schema.py` holds the defaults, once, and
 nothing here restates them (every field is required)."""
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ class OptimSettings:
         """Both memory settings as resolved for this machine (the config may leave them to memory)."""
         return cls(train.learning_rate, train.warmup_steps, train.weight_decay, train.max_grad_norm, microbatch_tokens,
                    activation_checkpointing)
+
+    def step_size(self, steps_taken: int) -> float:
+        """The learning rate of the next update (both trainers): linear warm-up over
+        `warmup_steps`, then constant."""
+        warmup = self.warmup_steps
+        return self.learning_rate * min(1.0, (steps_taken + 1) / warmup) if warmup else self.learning_rate
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ kept for the backward pass only while they are small.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -20,20 +19,20 @@ from pathlib import Path
 
 import torch
 
-from .adapter_format import (
-    ADAPTER_FILE,
-    FULL_WEIGHTS_FILE,
-    TORCH_OPTIMIZER_FILE,
-    check_adapter_config,
-    write_full_config,
-    write_lora_config,
-)
-from .base import Abandoned, Backend, ProgressCallback, StopCheck, TrainerSwitches, TrainSample, TrainStats
+from .base import Abandoned, ProgressCallback, StopCheck, TrainSample, TrainStats
 from .microbatches import SamplerGap, anchored_replies, own_tokens
 from .settings import GrpoSettings, LoraSettings, OptimSettings
 from .shared_prefix import RowBatch, attention_allowed, microbatches
+from .torch_adapter_files import (
+    load_optimizer_state,
+    load_trained_weights,
+    save_optimizer_state,
+    save_trained_weights,
+    trained_state,
+)
 from .torch_compile import CompiledLayers
 from .torch_head import logits_at, token_logprobs
+from .torch_precision import BasePrecision
 from .torch_grpo import grpo_token_objective, k2_anchor, k3_kl, old_logprobs, token_weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
@@ -50,20 +49,6 @@ LOGIT_CHUNK = 512  # completion positions per chunk of logits
 # overhead of a pass is paid fewer times. A pass's peak is one layer's activations and one chunk
 # of logits (~100 MB for 2048 tokens).
 NO_GRAD_MICROBATCH = 2048
-FP32_ATTENTION = "swarmling_sdpa_fp32"  # the attention a bf16 base runs (see _sdpa_in_fp32)
-
-
-def _sdpa_in_fp32(module, query, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention on fp32 copies of a bf16 layer's queries, keys and values: on
-    the CPU, torch's bf16 flash-attention backward is ~2.5x slower than its fp32 one (1.2 vs 0.48 s
-    of a default step, profiled), far more than the casts cost; the output goes back to bf16."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    with torch.autocast(query.device.type, enabled=False):
-        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
-                                              **kwargs)
-    return out.to(query.dtype), weights
-
 
 
 @dataclass
@@ -94,13 +79,10 @@ class TorchLoraTrainer:
         full: bool = False,
     ) -> None:
         from peft import LoraConfig, get_peft_model
-        from transformers import AttentionInterface, AutoModelForCausalLM
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        AttentionInterface.register(FP32_ATTENTION, _sdpa_in_fp32)
-        AttentionMaskInterface.register(FP32_ATTENTION, sdpa_mask)  # the masks SDPA takes (2D masks too)
         torch.manual_seed(seed)
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)
@@ -141,10 +123,8 @@ class TorchLoraTrainer:
             self._reference = copy.deepcopy(base).eval().requires_grad_(False)
         # Each prompt once per group (see shared_prefix.py); off only to measure what it saves.
         self.shared_prefix = True
-        # The frozen base in bf16, cast once (`bf16_base`); the output head's fp32 copy while it is.
-        self._bf16_base = False
-        self._head_fp32: torch.Tensor | None = None
-        self._attention = self.config._attn_implementation  # the fp32 base's (restored when bf16 goes off)
+        # The frozen base in fp32, or in bf16 (`bf16_base`: torch_precision.py).
+        self.precision = BasePrecision(self.model, causal_lm, self.model_dir, self.device)
         self._checkpointing = False
         self.activation_checkpointing = optim.activation_checkpointing
         # The decoder layers through torch.compile (the CPU's train.cpu_compile; off until asked).
@@ -184,56 +164,13 @@ class TorchLoraTrainer:
 
     @property
     def bf16_base(self) -> bool:
-        """The frozen base weights in bf16 (the CPU's train.cpu_bf16): cast once, so every matmul
-        of the backbone runs in bf16 (several times the fp32 rate where the CPU has AVX-512 BF16
-        or AMX, far slower where it has not) on half the memory. The LoRA weights, their gradients
-        and AdamW stay fp32 (their branches compute in bf16: `_lora_input_casts`), attention runs in
-        fp32 (`_sdpa_in_fp32`), and so do the output head and the log-probabilities: logits reach
-        ~30, where bf16 steps by 0.125, and the policy ratio, the KL and the sampler gap are
-        differences of these logprobs. Switching back to fp32 reloads the base from its folder (a
-        bf16 copy cannot give the fp32 bits back)."""
-        return self._bf16_base
+        """The frozen base weights in bf16 (the CPU's train.cpu_bf16; torch_precision.py says what
+        stays fp32)."""
+        return self.precision.bf16
 
     @bf16_base.setter
     def bf16_base(self, on: bool) -> None:
-        if bool(on) == self._bf16_base:
-            return
-        frozen = [(name, p) for name, p in self.causal_lm.named_parameters() if not p.requires_grad]
-        if on:
-            # The head shares its weight with the embeddings here (tied): keep an fp32 copy first.
-            self._head_fp32 = self._lm_head.weight.detach().float().clone()
-            for _, p in frozen:
-                p.data = p.data.to(torch.bfloat16)
-            self._lora_input_casts(False)
-            self.causal_lm.set_attn_implementation(FP32_ATTENTION)
-        else:
-            self._lora_input_casts(True)
-            self.causal_lm.set_attn_implementation(self._attention)
-            from safetensors.torch import load_file
-
-            saved = {}
-            for file in sorted(self.model_dir.glob("*.safetensors")):
-                saved.update(load_file(str(file)))
-            for name, p in frozen:
-                p.data = saved[name.replace(".base_layer", "")].to(device=self.device, dtype=torch.float32)
-            self._head_fp32 = None
-        self._bf16_base = bool(on)
-
-    def _lora_input_casts(self, on: bool) -> None:
-        """peft casts every activation entering a LoRA branch to the adapter's dtype (fp32): with a
-        bf16 base that is two copies of the activations per adapted layer and pass, and the branch's
-        matmuls in fp32. Off, the backbone runs under bf16 autocast (`_precision`), which casts the
-        small fp32 adapter weights instead, once per pass; their gradients and AdamW stay fp32."""
-        for module in self.model.modules():
-            if hasattr(module, "cast_input_dtype_enabled"):
-                module.cast_input_dtype_enabled = on
-
-    def _precision(self):
-        """The backbone's pass: bf16 autocast with a bf16 base (see `_lora_input_casts`); the head
-        and the log-probabilities run outside it, in fp32."""
-        if self._bf16_base:
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        self.precision.bf16 = on
 
     # ---- facts -------------------------------------------------------------------------------
     @property
@@ -278,7 +215,8 @@ class TorchLoraTrainer:
     @property
     def _head_weight(self) -> torch.Tensor:
         # The head stays fp32 with a bf16 base (its fp32 copy; see bf16_base).
-        return self._head_fp32 if self._head_fp32 is not None else self._lm_head.weight
+        head = self.precision.head_fp32
+        return head if head is not None else self._lm_head.weight
 
     def _chunk_surprise(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(logits_at(hidden, self._head_weight, self.temperature, self._softcap), dim=-1)
@@ -288,7 +226,7 @@ class TorchLoraTrainer:
     def _logprobs(self, mb: _Microbatch, per_chunk=None) -> torch.Tensor:
         """log pi of the microbatch's completion tokens (or `per_chunk`'s figure per token, without
         gradients), in scoring order."""
-        with self._precision():
+        with self.precision.backbone():
             hidden = self._backbone(
                 input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids
             ).last_hidden_state
@@ -408,7 +346,7 @@ class TorchLoraTrainer:
             if on_progress is not None:
                 on_progress(tokens_done, total_tokens, tokens_done)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.optim.max_grad_norm))
-        lr = self.step_size()
+        lr = self.optim.step_size(self.steps)
         if not math.isfinite(grad_norm):
             # A non-finite gradient would poison the adapter for good: skip the update instead.
             self.optimizer.zero_grad(set_to_none=True)
@@ -419,8 +357,7 @@ class TorchLoraTrainer:
             self.optimizer.step()
             self.steps += 1
         self.optimizer.zero_grad(set_to_none=True)
-        if gap.tokens:
-            self.sampler_bias = gap.signed_mean if self.steps <= 1 else 0.8 * self.sampler_bias + 0.2 * gap.signed_mean
+        self.sampler_bias = gap.averaged_into(self.sampler_bias, self.steps)
         return TrainStats(
             loss=loss_sum,
             tokens=total_tokens,
@@ -438,62 +375,21 @@ class TorchLoraTrainer:
             extra={"ratio_max_deviation": ratio_dev, "computed_tokens": computed},
         )
 
-    def step_size(self) -> float:
-        """The learning rate of the next update: linear warmup over `warmup_steps`, then constant."""
-        warmup = self.optim.warmup_steps
-        return self.optim.learning_rate * min(1.0, (self.steps + 1) / warmup) if warmup else self.optim.learning_rate
-
-    # ---- persistence -------------------------------------------------------------------------
+    # ---- persistence (torch_adapter_files.py) ------------------------------------------------
     def lora_state(self) -> dict[str, torch.Tensor]:
-        from peft import get_peft_model_state_dict
-
-        state = self.model.state_dict() if self.full else get_peft_model_state_dict(self.model)
-        return {k: v.detach().cpu().clone() for k, v in state.items()}
+        return trained_state(self.model, self.full)
 
     def save_adapter(self, directory: Path) -> None:
-        from safetensors.torch import save_file
-
-        directory = Path(directory)
-        if self.full:
-            state = {k: v.contiguous() for k, v in self.lora_state().items()}
-            # tied embeddings share storage: keep one name, as save_pretrained does
-            if getattr(self.config, "tie_word_embeddings", False):
-                state.pop("lm_head.weight", None)
-            save_file(state, str(directory / FULL_WEIGHTS_FILE))
-            write_full_config(directory)
-            return
-        save_file(self.lora_state(), str(directory / ADAPTER_FILE))
-        write_lora_config(directory, self.lora)
+        save_trained_weights(self.model, self.full, self.lora, self.config, directory)
 
     def load_adapter(self, directory: Path) -> None:
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        directory = Path(directory)
-        check_adapter_config(directory, self.lora, self.full)
-        if self.full:
-            state = load_file(str(directory / FULL_WEIGHTS_FILE), device=str(self.device))
-            result = self.model.load_state_dict(state, strict=False)
-            bad = [k for k in result.missing_keys if k != "lm_head.weight"] + list(result.unexpected_keys)
-            if bad:
-                raise ValueError(f"the weights in {directory} do not fit this model: {bad[:3]}")
-            return
-        state = load_file(str(directory / ADAPTER_FILE), device=str(self.device))
-        result = set_peft_model_state_dict(self.model, state)
-        missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
-        if missing:
-            raise ValueError(f"adapter in {directory} does not fit this model: {missing[:3]}")
+        load_trained_weights(self.model, self.full, self.lora, self.device, directory)
 
     def save_optimizer(self, directory: Path) -> None:
-        state = {"optimizer": self.optimizer.state_dict(), "steps": self.steps, "torch_rng": torch.get_rng_state()}
-        torch.save(state, Path(directory) / TORCH_OPTIMIZER_FILE)
+        save_optimizer_state(self.optimizer, self.steps, directory)
 
     def load_optimizer(self, directory: Path) -> None:
-        state = torch.load(Path(directory) / TORCH_OPTIMIZER_FILE, map_location=self.device, weights_only=True)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.steps = int(state["steps"])
-        if "torch_rng" in state:  # LoRA dropout draws from it
-            torch.set_rng_state(state["torch_rng"].cpu())
+        self.steps = load_optimizer_state(self.optimizer, self.device, directory)
 
 
 def _as_lists(per_sample: Sequence[torch.Tensor]) -> list[list[float]]:
@@ -502,44 +398,3 @@ def _as_lists(per_sample: Sequence[torch.Tensor]) -> list[list[float]]:
         return []
     flat = torch.cat(list(per_sample)).cpu()
     return [part.tolist() for part in flat.split([len(t) for t in per_sample])]
-
-
-class TorchTrainedBackend(Backend):
-    """What every backend that trains with the shared `TorchLoraTrainer` does the same way: the
-    update and the checkpoint's adapter + optimizer. Loading ends with `hand_off()`, so the sampler
-    serves the restored policy whatever it is (a llama.cpp adapter, or the trainer's own model)."""
-
-    trainer: TorchLoraTrainer
-
-    def train_step(
-        self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
-    ) -> TrainStats:
-        return self.trainer.train_step(samples, should_stop, on_progress)
-
-    def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
-        return self.trainer.token_surprise(samples)
-
-    def switches(self) -> TrainerSwitches:
-        return TrainerSwitches(shared_prefix=self.trainer.shared_prefix,
-                               activation_checkpointing=self.trainer.activation_checkpointing)
-
-    def set_switches(self, switches: TrainerSwitches) -> None:
-        self.trainer.shared_prefix = switches.shared_prefix
-        if switches.activation_checkpointing is not None:
-            self.trainer.activation_checkpointing = switches.activation_checkpointing
-
-    def save_adapter(self, directory: Path) -> None:
-        self.trainer.save_adapter(directory)
-
-    def load_adapter(self, directory: Path) -> None:
-        self.trainer.load_adapter(directory)
-        self.hand_off()
-
-    def save_state(self, directory: Path) -> None:
-        self.trainer.save_adapter(directory)
-        self.trainer.save_optimizer(directory)
-
-    def load_state(self, directory: Path) -> None:
-        self.trainer.load_adapter(directory)
-        self.trainer.load_optimizer(directory)
-        self.hand_off()

@@ -76,6 +76,26 @@ def make_backend(gguf: Path, runtime: Path, temperature: float = 1.0, **kw):
 
 
 @pytest.fixture(scope="session")
+def test_cache() -> Path:
+    """Where tests keep converted models and compiled kernels across runs (SWARMLING_TEST_CACHE)."""
+    return TEST_CACHE
+
+
+@pytest.fixture(scope="session")
+def hf_model(gguf_path) -> Path:
+    """The shipped model as a transformers folder (converted once, cached): what torch and MLX load."""
+    from swarmling.backends.hf_from_gguf import converted_folder
+
+    return converted_folder(gguf_path, TEST_CACHE)
+
+
+@pytest.fixture(scope="session")
+def cpu_backend_maker():
+    """`make_backend` for fixtures of any scope (the caller closes what it makes)."""
+    return make_backend
+
+
+@pytest.fixture(scope="session")
 def generator(gguf_path):
     from swarmling.backends.llama_cpp_generator import LlamaCppGenerator
 

@@ -195,3 +195,27 @@ class ArithmeticBackend(FakeBackend):
     def train_step(self, samples, should_stop=None, on_progress=None) -> TrainStats:
         self.trained.append(list(samples))
         return super().train_step(samples, should_stop, on_progress)
+
+
+def node_state(round_no: int, model: str = "smollm2-135m") -> dict:
+    """A checkpoint's node state as saved at `round_no` (the starter preset's fresh curriculum)."""
+    import msgspec
+
+    from swarmling.app.learning.curriculum import Curriculum
+    from swarmling.app.node.resume import LEARNING_VERSION, NodeState
+
+    return msgspec.to_builtins(NodeState(learning=LEARNING_VERSION, round=round_no, seed=3, model=model,
+                                         curriculum=Curriculum(load_preset("starter")).to_dict(),
+                                         metrics={"round": round_no}))
+
+
+PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"  # a well-formed peer ID, for groups from a peer
+
+
+def intake_context(max_new_tokens: int = 8):
+    """What the intake checks a peer's group against, on FakeBackend's tokenizer."""
+    from swarmling.app.learning.prompt import PromptFormat
+    from swarmling.app.swarm.verification.intake import IntakeContext
+
+    return IntakeContext.for_sampler(FakeBackend(), "smollm2-135m", prompt=PromptFormat(), format_bonus=0.5,
+                                     max_new_tokens=max_new_tokens, group_size=4)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import psutil
 import pytest
 import torch
-from conftest import make_backend
-from test_export import node_state
+from fakes import node_state
 
 from swarmling.app.cli import main
-from swarmling.app.commands.ask import TryIt
+from swarmling.app.node.try_it import TryIt
 from swarmling.app.node.checkpoint import save_checkpoint
 from swarmling.app.paths import resolve_paths
 
@@ -17,10 +16,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory, gguf_path):
+def home(tmp_path_factory, gguf_path, cpu_backend_maker):
     """A home whose round-3 checkpoint answers otherwise than the base model (random LoRA B)."""
     home = tmp_path_factory.mktemp("home")
-    backend = make_backend(gguf_path, home / "runtime", threads=1)
+    backend = cpu_backend_maker(gguf_path, home / "runtime", threads=1)
     try:
         generator = torch.Generator().manual_seed(1)
         with torch.no_grad():
@@ -61,7 +60,7 @@ def test_the_try_it_copy_is_small_and_answers_with_the_adapter(home, gguf_path):
 
 
 def test_a_finished_run_shows_one_held_out_question_before_and_after(home):
-    from swarmling.app.commands.ask import before_and_after
+    from swarmling.app.node.try_it import before_and_after
     from swarmling.app.config import Config
 
     config = Config.model_validate({"round": {"preset": "starter"}})

@@ -12,17 +12,15 @@ from swarmling.app.learning.reward import CLOSE, OPEN
 from swarmling.app.learning.prompt import SYSTEM_PROMPT
 from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample
 from swarmling.backends.cuda import BackendMemoryError, CudaBackend, CudaSettings, check_fits, round_memory_bytes
-from swarmling.backends.hf_from_gguf import converted_folder
 
 from backend_settings import trainer_settings
-from conftest import TEST_CACHE
 
 QUESTIONS = ["What is 2 + 3?", "How many legs does a spider have?", "Spell 'cat' backwards."]
 
 
 @pytest.fixture(scope="module")
-def torch_backend(gguf_path):
-    folder = converted_folder(gguf_path, TEST_CACHE)
+def torch_backend(hf_model):
+    folder = hf_model
     return CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3, **trainer_settings()))
 
 
@@ -108,8 +106,8 @@ def test_round_memory_estimate_and_refusal(torch_backend, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_on_the_gpu_bf16_sampling_matches_training(gguf_path):
-    backend = CudaBackend(CudaSettings(converted_folder(gguf_path, TEST_CACHE), "smollm2-135m", 1.0, device="cuda",
+def test_on_the_gpu_bf16_sampling_matches_training(hf_model):
+    backend = CudaBackend(CudaSettings(hf_model, "smollm2-135m", 1.0, device="cuda",
                                        **trainer_settings()))
     result = backend.generate(prompts(), 8, SamplingParams(max_new_tokens=32, temperature=1.0, stop=(CLOSE,), seed=1))
     stats = backend.train_step(samples_from(result))
@@ -162,8 +160,8 @@ def test_gpu_benchmark_command_runs_its_toy_shape_on_the_cpu():
 
 
 @pytest.mark.slow
-def test_full_fine_tuning_trains_every_weight_and_round_trips(gguf_path, tmp_path):
-    folder = converted_folder(gguf_path, TEST_CACHE)
+def test_full_fine_tuning_trains_every_weight_and_round_trips(hf_model, tmp_path):
+    folder = hf_model
     full = CudaBackend(CudaSettings(folder, "smollm2-135m", 1.0, device="cpu", seed=3, full=True, **trainer_settings()))
     assert full.trainer.trainable_parameters() > 100e6  # all ~135M, not an adapter's ~5M
     params = SamplingParams(max_new_tokens=12, temperature=1.0, stop=(CLOSE,), seed=6)

@@ -11,10 +11,8 @@ import torch
 
 from swarmling.backends.base import ChatPrompt, TrainSample
 from swarmling.backends.cuda import CudaBackend, CudaSettings
-from swarmling.backends.hf_from_gguf import converted_folder
 
 from backend_settings import trainer_settings
-from conftest import TEST_CACHE
 
 REPLIES = [("What is 5 + 3?", "8</answer>", 1.0), ("What is 5 + 3?", "9</answer>", -1.0),
            ("How many legs does a spider have?", "8</answer>", 1.0),
@@ -44,8 +42,8 @@ def _disagreement(moved: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 @pytest.fixture(scope="module")
-def folder(gguf_path):
-    return converted_folder(gguf_path, TEST_CACHE)
+def folder(hf_model):
+    return hf_model
 
 
 @pytest.fixture(scope="module")

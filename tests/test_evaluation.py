@@ -44,16 +44,17 @@ def test_a_node_scores_its_start_and_every_n_rounds(tmp_path):
 
 def test_a_restart_does_not_measure_again_the_weights_its_last_round_measured(tmp_path):
     # An evaluation costs about four rounds: a node (or an experiment resumed with more rounds)
-    # restarting right after an evaluation round must not pay it twice; after any other round it does.
-    for rounds, measures_start in ((2, False), (3, True)):
+    # restarting right after an evaluation round must not pay it twice, nor just before one (that
+    # round's end measures newer weights at once); after any other round it measures its start.
+    for rounds, measures_start in ((3, False), (2, False), (4, True)):
         home = tmp_path / f"after-{rounds}"
-        node, _ = make_node(home, **{"eval.every_rounds": 2})
+        node, _ = make_node(home, **{"eval.every_rounds": 3})
         try:
             node.run(rounds)
         finally:
             node.close()
         events = []
-        node, _ = make_node(home, events, **{"eval.every_rounds": 2})
+        node, _ = make_node(home, events, **{"eval.every_rounds": 3})
         try:
             node.run(1)
         finally:

@@ -10,22 +10,19 @@ import re
 import shutil
 from pathlib import Path
 
-import msgspec
 import pytest
 import torch
-from conftest import TEST_CACHE, make_backend
+from fakes import node_state
 
 from swarmling.app.commands.export import export_command
 from swarmling.app.config import Config
 from swarmling.app.errors import NodeError
-from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.evaluation import eval_tasks, near_greedy
 from swarmling.app.learning.prompt import SYSTEM_PROMPT, PromptFormat
 from swarmling.app.learning.reward import CLOSE
 from swarmling.app.learning.tasks import load_preset
 from swarmling.app.metrics import append_record
 from swarmling.app.node.checkpoint import save_checkpoint
-from swarmling.app.node.resume import LEARNING_VERSION, NodeState
 from swarmling.app.paths import resolve_paths
 from swarmling.backends.base import SamplingParams, TrainSample
 from swarmling.backends.cpu_features import has_amx
@@ -46,12 +43,6 @@ NEAR_TIE = 0.5
 HELD_OUT = eval_tasks("starter")[::20]
 
 
-def node_state(round_no: int, model: str = "smollm2-135m") -> dict:
-    return msgspec.to_builtins(NodeState(learning=LEARNING_VERSION, round=round_no, seed=3, model=model,
-                                         curriculum=Curriculum(load_preset("starter")).to_dict(),
-                                         metrics={"round": round_no}))
-
-
 def write_metrics(path: Path) -> None:
     for r in range(1, ROUND + 2):  # one record past the checkpoint: not in its weights, not on its card
         record = {"round": r, "preset": "starter", "local_groups": 4, "external_groups": 4 if r > 2 else 0,
@@ -64,10 +55,10 @@ def write_metrics(path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, gguf_path):
+def trained(tmp_path_factory, gguf_path, cpu_backend_maker):
     """A home with one checkpoint (round 7) and its metrics, and the node's backend serving it."""
     home = tmp_path_factory.mktemp("home")
-    backend = make_backend(gguf_path, home / "runtime", temperature=1.0, threads=THREADS)
+    backend = cpu_backend_maker(gguf_path, home / "runtime", temperature=1.0, threads=THREADS)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in backend.trainer.model.named_parameters():

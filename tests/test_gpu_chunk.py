@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CACHE
 
 GPU = Path(__file__).resolve().parents[1] / "packaging" / "gpu"
 
@@ -35,20 +34,20 @@ def test_the_carried_wheels_are_pinned_and_not_on_the_image_already():
 
 
 @pytest.mark.slow
-def test_an_experiment_round_on_the_cuda_code_needs_only_the_image_and_the_carried_wheels(tmp_path, gguf_path):
+def test_an_experiment_round_on_the_cuda_code_needs_only_the_image_and_the_carried_wheels(tmp_path, gguf_path, test_cache):
     lists = {"image": names(GPU / "image.txt"), "carried": names(GPU / "requirements.txt")}
     run = subprocess.run([sys.executable, str(Path(__file__).with_name("gpu_image_run.py")), str(tmp_path / "exp"),
-                          str(TEST_CACHE), json.dumps(lists)], capture_output=True, text=True, timeout=600)
+                          str(test_cache), json.dumps(lists)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["arms"] == {"alone": 1, "sharing": 1}  # both arms ran their round and were evaluated
     assert "reasoning-gym" in result["imported"] and "torch" in result["imported"]
 
 
-def chunk(repo: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess:
+def chunk(repo: Path, tmp: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
     """chunk.sh as a call runs it there, with this interpreter as the image's python3."""
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(tmp / "out"),
-           "SWARMLING_GPU_TMP": str(tmp / "gpu"), "HOME": str(tmp / "home"), "SWARMLING_CACHE_DIR": str(TEST_CACHE)}
+           "SWARMLING_GPU_TMP": str(tmp / "gpu"), "HOME": str(tmp / "home"), "SWARMLING_CACHE_DIR": str(cache)}
     (tmp / "out").mkdir(parents=True, exist_ok=True)
     for old in (tmp / "out").iterdir():
         old.unlink()  # $OUT is emptied before each command
@@ -85,27 +84,27 @@ def carried_tree(tmp: Path) -> Path:
     return repo
 
 
-def test_the_chunk_waits_for_both_halves_of_the_model_and_refuses_a_corrupt_one(tmp_path):
+def test_the_chunk_waits_for_both_halves_of_the_model_and_refuses_a_corrupt_one(tmp_path, test_cache):
     repo = carried_tree(tmp_path)
     shutil.move(repo / ".gpu" / "model-b", tmp_path / "model-b")  # the first call carries half a
-    first = chunk(repo, tmp_path, "rare-success")
+    first = chunk(repo, tmp_path, test_cache, "rare-success")
     assert first.returncode == 2 and "model-b" in first.stderr and "two calls" in first.stderr
     assert (tmp_path / "gpu" / "parts" / "a").exists()  # kept on the warm machine for the next call
     assert (tmp_path / "gpu" / "src" / "swarmling" / "app" / "cli.py").exists()  # bench-gpu can run already
     shutil.move(tmp_path / "model-b", repo / ".gpu" / "model-b")
     shutil.rmtree(repo / ".gpu" / "model-a")  # the second call carries half b only
     (repo / ".gpu" / "model-b" / "part").write_bytes(b"x" + (repo / ".gpu" / "model-b" / "part").read_bytes()[1:])
-    corrupt = chunk(repo, tmp_path, "rare-success")
+    corrupt = chunk(repo, tmp_path, test_cache, "rare-success")
     assert corrupt.returncode == 2 and "do not match its checksum" in corrupt.stderr
     assert not (tmp_path / "gpu" / "site" / ".model").exists() and not (tmp_path / "gpu" / "parts" / "a").exists()
 
 
-def test_the_chunk_refuses_wheels_packed_from_another_requirements_list(tmp_path):
+def test_the_chunk_refuses_wheels_packed_from_another_requirements_list(tmp_path, test_cache):
     repo = carried_tree(tmp_path)
     stamp = repo / ".gpu" / "wheels" / "requirements.sha256"
     wanted = stamp.read_text()
     stamp.write_text("0" * 64 + "\n")  # packed before requirements.txt changed
-    stale = chunk(repo, tmp_path, "rare-success")
+    stale = chunk(repo, tmp_path, test_cache, "rare-success")
     assert stale.returncode == 2 and "pack.sh again" in stale.stderr
     installed = tmp_path / "gpu" / "site" / ".wheels"
     assert not installed.exists()  # nothing installed from the stale pack
@@ -113,25 +112,25 @@ def test_the_chunk_refuses_wheels_packed_from_another_requirements_list(tmp_path
     installed.write_text("0" * 64 + "\n")
     wheels = repo / ".gpu" / "wheels"
     shutil.move(wheels, tmp_path / "wheels")
-    old = chunk(repo, tmp_path, "rare-success")
+    old = chunk(repo, tmp_path, test_cache, "rare-success")
     assert old.returncode == 2 and "no wheels for this tree's" in old.stderr
     shutil.move(tmp_path / "wheels", wheels)
     stamp.write_text(wanted)
-    fresh = chunk(repo, tmp_path, "no-such-design")  # past the wheels, the experiment refuses at once
+    fresh = chunk(repo, tmp_path, test_cache, "no-such-design")  # past the wheels, the experiment refuses at once
     assert "no wheels" not in fresh.stderr and "no-such-design" in fresh.stderr
     assert installed.read_text() == wanted
 
 
 @pytest.mark.slow
-def test_the_chunk_runs_resumable_pieces_of_an_experiment_and_sends_back_what_to_carry(tmp_path):
+def test_the_chunk_runs_resumable_pieces_of_an_experiment_and_sends_back_what_to_carry(tmp_path, test_cache):
     repo = carried_tree(tmp_path)
     flags = ("--tiny", "--nodes", "2", "--rounds", "1", "--seeds", "1", "--burn-in", "0", "--eval-every", "1")
-    first = chunk(repo, tmp_path, "rare-success", "0.001", *flags)  # the first run, then out of time
+    first = chunk(repo, tmp_path, test_cache, "rare-success", "0.001", *flags)  # the first run, then out of time
     assert first.returncode == 3, first.stderr[-3000:]
     assert (tmp_path / "gpu" / "site" / "stand_in_model" / "__init__.py").exists()  # joined, checked, installed
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["rare-success.tar.gz"]
     assert finished_evaluations(tmp_path / "out" / "rare-success.tar.gz") == 2  # alone's 2 nodes
-    second = chunk(repo, tmp_path, "rare-success", "5", *flags)
+    second = chunk(repo, tmp_path, test_cache, "rare-success", "5", *flags)
     assert second.returncode == 0, second.stderr[-3000:]
     back = {p.name for p in (tmp_path / "out").iterdir()}
     assert back == {"rare-success.tar.gz", "rare-success-table.md", "rare-success-experiment.png"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from fakes import SETTINGS, FakeBackend
+from fakes import PEER, SETTINGS, FakeBackend, intake_context as context
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.prompt import PromptFormat
@@ -17,9 +17,6 @@ from swarmling.app.swarm.verification.intake import IntakeContext, Rejected, adm
 from swarmling.app.swarm.verification.wire import WireCompletion, bundle_from_groups
 from swarmling.app.learning.tasks import load_preset
 
-PEER = "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"
-
-
 @pytest.fixture(scope="module")
 def wire_group():
     preset = load_preset("starter")
@@ -27,11 +24,6 @@ def wire_group():
     bundle = bundle_from_groups(outcome.groups, swarm="t", node_id=PEER, model="smollm2-135m", round_no=1,
                                 timestamp=1.0, prefill="<answer>")
     return bundle.groups[0], outcome.groups[0].task
-
-
-def context(max_new_tokens: int = 8) -> IntakeContext:
-    return IntakeContext.for_sampler(FakeBackend(), "smollm2-135m", prompt=PromptFormat(), format_bonus=0.5,
-                                     max_new_tokens=max_new_tokens, group_size=4)
 
 
 def with_reply(group, text: str):

@@ -48,12 +48,10 @@ def test_a_peers_negative_reply_weighs_its_ratio_corrected_by_our_own_sampler_ga
 
 
 def test_the_step_size_warms_up_linearly_then_holds():
-    from types import SimpleNamespace
-
+    """Both trainers (torch and MLX) take their step size from here."""
     from swarmling.backends.settings import OptimSettings
-    from swarmling.backends.torch_lora import TorchLoraTrainer
 
     optim = OptimSettings(learning_rate=1e-4, warmup_steps=10, weight_decay=0.0, max_grad_norm=1.0,
                           microbatch_tokens=256, activation_checkpointing=False)
-    sizes = [TorchLoraTrainer.step_size(SimpleNamespace(optim=optim, steps=k)) for k in (0, 4, 9, 10, 500)]
+    sizes = [optim.step_size(k) for k in (0, 4, 9, 10, 500)]
     assert [round(s, 12) for s in sizes] == [1e-5, 5e-5, 1e-4, 1e-4, 1e-4]

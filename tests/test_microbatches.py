@@ -32,3 +32,12 @@ def test_the_gap_counts_known_tokens_only():
     gap.add(np.array([-1.0]), np.array([-2.0]))  # ratio e: outside [0.8, 1.2]
     assert gap.tokens == 3 and gap.mean == pytest.approx((0.1 + 0 + 1.0) / 3) and gap.outside_share == pytest.approx(1 / 3)
     assert SamplerGap().mean == 0.0 and SamplerGap().outside_share == 0.0
+
+
+def test_the_sampler_bias_starts_at_the_first_step_then_moves_a_fifth_of_the_way():
+    """Both trainers fold each step's sampler gap into the node's bias here."""
+    gap = SamplerGap()
+    assert gap.averaged_into(-0.3, steps_taken=5) == -0.3  # no token had a sampler logprob: unchanged
+    gap.add(np.array([-1.0, -2.0]), np.array([-0.9, np.nan]))  # one known token, 0.1 below the sampler
+    assert gap.averaged_into(-0.3, steps_taken=1) == pytest.approx(-0.1)
+    assert gap.averaged_into(-0.3, steps_taken=2) == pytest.approx(0.8 * -0.3 + 0.2 * -0.1)

@@ -9,21 +9,18 @@ import pytest
 pytest.importorskip("mlx.core", reason="mlx is not installable here (pip install 'mlx[cpu]' on Linux)")
 
 from backend_settings import trainer_settings  # noqa: E402
-from conftest import TEST_CACHE  # noqa: E402
 
 from swarmling.app.learning.reward import CLOSE, OPEN  # noqa: E402
 from swarmling.backends.base import ChatPrompt, SamplingParams, TrainSample  # noqa: E402
-from swarmling.backends.hf_from_gguf import converted_folder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def mlx_backend(gguf_path):
+def mlx_backend(hf_model):
     from swarmling.backends.mlx import MlxBackend, MlxSettings
 
-    return MlxBackend(MlxSettings(converted_folder(gguf_path, TEST_CACHE), "smollm2-135m", 1.0, seed=1,
-                                    **trainer_settings()))
+    return MlxBackend(MlxSettings(hf_model, "smollm2-135m", 1.0, seed=1, **trainer_settings()))
 
 
 def prompts():
@@ -100,6 +97,7 @@ def test_shared_prefix_matches_each_completion_trained_alone(mlx_backend):
     import mlx.nn as nn
     from mlx.utils import tree_flatten
 
+    from swarmling.backends.mlx_passes import logprobs
     from swarmling.backends.shared_prefix import packed_rows
 
     rng = np.random.default_rng(4)
@@ -114,9 +112,9 @@ def test_shared_prefix_matches_each_completion_trained_alone(mlx_backend):
         aligned = mx.array(np.concatenate([weights[j] for j in order]))  # the tokens come in row order
 
         def loss(model):
-            return (mlx_backend._logprobs(model, samples, rows) * aligned).sum()
+            return (logprobs(model, samples, rows, 1.0) * aligned).sum()
         value, grads = nn.value_and_grad(mlx_backend.model, loss)(mlx_backend.model)
-        lp = np.array(mlx_backend._logprobs(mlx_backend.model, samples, rows))
+        lp = np.array(logprobs(mlx_backend.model, samples, rows, 1.0))
         per_sample, i = {}, 0
         for j in order:
             per_sample[j] = lp[i : i + len(samples[j].completion_ids)]

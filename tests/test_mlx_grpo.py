@@ -13,6 +13,14 @@ from swarmling.backends import mlx_grpo, torch_grpo  # noqa: E402
 from swarmling.backends.settings import GrpoSettings  # noqa: E402
 
 
+def mlx_loss(logp, old_logp, advantages, settings: GrpoSettings, importance_weight=None, ref_logp=None):
+    """The MLX backend's loss from its parts: - (the token objectives - beta * k2) / tokens."""
+    objective, _, _ = mlx_grpo.grpo_token_objective(logp, old_logp, advantages, settings, importance_weight)
+    if ref_logp is not None and settings.kl_beta > 0:
+        objective = objective - settings.kl_beta * mlx_grpo.k2_anchor(logp, ref_logp)
+    return -objective.sum() / logp.size
+
+
 def torch_loss_and_grad(logp, old, adv, settings, weight):
     lp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
     w = None if weight is None else torch.tensor(weight, dtype=torch.float64)
@@ -26,7 +34,7 @@ def torch_loss_and_grad(logp, old, adv, settings, weight):
 def mlx_loss_and_grad(logp, old, adv, settings, weight):
     w = None if weight is None else mx.array(weight.astype(np.float32))
     args = (mx.array(old.astype(np.float32)), mx.array(adv.astype(np.float32)), settings, w)
-    loss, grad = mx.value_and_grad(lambda lp: mlx_grpo.grpo_loss(lp, *args))(mx.array(logp.astype(np.float32)))
+    loss, grad = mx.value_and_grad(lambda lp: mlx_loss(lp, *args))(mx.array(logp.astype(np.float32)))
     _, _, clipped = mlx_grpo.grpo_token_objective(mx.array(logp.astype(np.float32)), *args)
     return float(loss), np.array(grad), np.array(clipped)
 
@@ -70,7 +78,7 @@ def test_the_kl_anchor_and_the_weight_of_peers_negatives_are_the_same_in_both():
     kl = torch_grpo.k2_anchor(lp, torch.tensor(ref, dtype=torch.float64))
     (settings.kl_beta * kl.sum() / lp.numel()).backward()
     zeros = np.zeros(12)
-    loss, grad = mx.value_and_grad(lambda x: mlx_grpo.grpo_loss(x, mx.array(logp.astype(np.float32)), mx.array(
+    loss, grad = mx.value_and_grad(lambda x: mlx_loss(x, mx.array(logp.astype(np.float32)), mx.array(
         zeros.astype(np.float32)), settings, None, mx.array(ref.astype(np.float32))))(mx.array(logp.astype(np.float32)))
     assert np.isclose(float(loss), settings.kl_beta * kl.detach().sum().item() / 12, rtol=1e-4)  # advantages 0: the anchor alone
     assert np.allclose(np.array(grad), lp.grad.numpy(), atol=1e-5)
@@ -95,7 +103,7 @@ def test_a_reply_from_another_model_gets_no_ratio_in_both():
     reply weighs 1 even with the sequence-level cap on, its wrong one 0; a same-model peer's
     unlikely reply is truncated by the ratio."""
     from swarmling.backends.base import TrainSample
-    from swarmling.backends.mlx import _importance_weight
+    from swarmling.backends.mlx_grpo import token_weights as mlx_token_weights
 
     settings = GrpoSettings(clip_low=0.2, clip_high=0.28, importance_cap=0.0, external_importance_cap=2.0,
                             external_negative_cap=1.0, kl_beta=0.0)
@@ -107,7 +115,7 @@ def test_a_reply_from_another_model_gets_no_ratio_in_both():
     owner = torch.tensor([0, 0, 0, 1, 1, 2, 2, 3, 3])
     t_negatives, m_negatives = [], []
     t = torch_grpo.external_weight(batch, owner, torch.tensor(old), settings, 0.0, t_negatives).numpy()
-    m = np.array(_importance_weight(batch, mx.array(old.astype(np.float32)), settings, 0.0, m_negatives))
+    m = np.array(mlx_token_weights(batch, mx.array(old.astype(np.float32)), settings, 0.0, m_negatives))
     same_model_wrong = float(torch_grpo.negative_reply_weight(torch.tensor(-4.0), torch.tensor(-1.0), 2, 0.0, 1.0))
     assert 0 < same_model_wrong < 0.1  # e^-3: text far likelier for its sender than for us counts little
     np.testing.assert_allclose(t, [np.exp(-5.0)] * 3 + [1.0, 1.0, 0.0, 0.0] + [same_model_wrong] * 2, rtol=1e-6)

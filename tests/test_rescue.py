@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from fakes import SETTINGS, FakeBackend
-from test_intake import PEER, context
+from fakes import PEER, SETTINGS, FakeBackend
+from fakes import intake_context as context
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.draws import RoundDraws

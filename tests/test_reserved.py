@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from fakes import SETTINGS, FakeBackend
+from fakes import PEER, SETTINGS, FakeBackend
+from fakes import intake_context as context
 
 from swarmling.app.learning.curriculum import Curriculum
 from swarmling.app.learning.draws import RoundDraws
@@ -20,7 +21,6 @@ from swarmling.app.swarm.verification.intake import admit_group
 from swarmling.app.swarm.verification.wire import bundle_from_groups
 from swarmling.backends.base import ChatPrompt
 from swarmling.app.commands.experiment.designs import DESIGNS
-from test_intake import PEER, context
 
 PRESET = load_preset("starter")
 

@@ -60,15 +60,13 @@ def test_a_group_over_the_budget_is_split_into_rows_that_repeat_the_prompt():
 
 
 @pytest.fixture(scope="module")
-def trainer(gguf_path):
+def trainer(hf_model):
     import torch
     from backend_settings import grpo_settings, lora_settings, optim_settings
-    from conftest import TEST_CACHE
 
-    from swarmling.backends.hf_from_gguf import converted_folder
     from swarmling.backends.torch_lora import TorchLoraTrainer
 
-    t = TorchLoraTrainer(converted_folder(gguf_path, TEST_CACHE), lora_settings(), optim_settings(), grpo_settings(), 0.7)
+    t = TorchLoraTrainer(hf_model, lora_settings(), optim_settings(), grpo_settings(), 0.7)
     # A fresh adapter's B is zero, which would leave A's gradient zero: give both some weight.
     g = torch.Generator().manual_seed(0)
     for p in t.params:

@@ -1,4 +1,4 @@
-"""Sharded announcements on real hosts: network-only nodes (app/commands/swarm_bench.py) with a tiny shard size.
+"""Sharded announcements on real hosts: network-only nodes (app/commands/swarm_lab.py) with a tiny shard size.
 
 Eight real SwarmNetworks on 127.0.0.1, in this process, first on one topic, then with the shard
 thresholds scaled down so that eight nodes split into two shards of about four: every node still
@@ -17,13 +17,13 @@ import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 from waiting import wait_until
 
-from swarmling.app.commands import swarm_bench
+from swarmling.app.commands import swarm_lab
 from swarmling.app.swarm.p2p import identity
 from swarmling.app.swarm.verification import shards
 from swarmling.app.swarm.verification.shards import parse_topic, shard_of
 
 N = 8
-ROUND_S = 2.2  # the nodes announce at random moments within its first half (swarm_bench.play_round)
+ROUND_S = 2.2  # the nodes announce at random moments within its first half (swarm_lab.play_round)
 SETTLE_END_S = 20.0  # at most, for the connections and the gossip meshes to form
 ROUND_END_S = 6.0  # at most, for a round's announcements and fetches to arrive
 
@@ -47,22 +47,22 @@ def same_identities(monkeypatch):
 
 
 def test_sharded_nodes_hear_their_shard_only_and_always_someone(tmp_path, quick_levels, same_identities):
-    opts = swarm_bench.BenchOptions((N,), groups=2, completions=2, chars=60, dial=3, round_s=ROUND_S)
-    nodes = swarm_bench.make_nodes(swarm_bench.node_specs(N, opts, tmp_path), opts)
+    opts = swarm_lab.BenchOptions((N,), groups=2, completions=2, chars=60, dial=3, round_s=ROUND_S)
+    nodes = swarm_lab.make_nodes(swarm_lab.node_specs(N, opts, tmp_path), opts)
     ids = {n["net"].peer_id for n in nodes}
     rounds = []
 
     def play(r: int) -> None:
-        swarm_bench.play_round(nodes, r, opts)
+        swarm_lab.play_round(nodes, r, opts)
         wait_until(lambda: round_arrived(nodes, r), timeout_s=ROUND_END_S)
-        rounds.append([swarm_bench.node_stats(node) for node in nodes])
+        rounds.append([swarm_lab.node_stats(node) for node in nodes])
 
     try:
         for node in nodes:
             node["net"].start()
         assert wait_until(lambda: settled(nodes), timeout_s=SETTLE_END_S)
         for node in nodes:
-            swarm_bench.node_stats(node)  # counters from here on
+            swarm_lab.node_stats(node)  # counters from here on
         for r in (1, 2):  # one topic, as any swarm of up to 32 nodes
             play(r)
         # from now on 8 nodes are a big swarm: more than 5 per shard splits, landing at 2 shards of ~4

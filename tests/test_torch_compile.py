@@ -184,10 +184,9 @@ def test_only_a_compiled_training_step_ends_the_fallback():
     assert compiling.proven
 
 
-def test_the_backend_line_says_why_a_start_runs_eagerly(backend_factory, tmp_path):
-    from conftest import TEST_CACHE
+def test_the_backend_line_says_why_a_start_runs_eagerly(backend_factory, tmp_path, test_cache):
 
-    note = cache_folder(TEST_CACHE, GXX).with_name(cache_folder(TEST_CACHE, GXX).name + torch_compile.CRASHED_NOTE)
+    note = cache_folder(test_cache, GXX).with_name(cache_folder(test_cache, GXX).name + torch_compile.CRASHED_NOTE)
     note.unlink(missing_ok=True)  # the shared test cache: no earlier run's note
     runtime = tmp_path / "run"
     runtime.mkdir()

@@ -73,18 +73,16 @@ def test_keys_drive_a_real_node(tmp_path):
             # rollout detail: Enter on the feed opens the whole group
             await pilot.press("3")
             await pilot.press("enter")
-            await pilot.pause(0.3)
-            assert type(app.screen).__name__ == "RolloutScreen"
+            await until(pilot, lambda: type(app.screen).__name__ == "RolloutScreen", 10, "the group's screen")
             await pilot.press("escape")
 
             # s: change the mix; it is validated and saved to the config file
             await pilot.press("s")
-            await pilot.pause(0.3)
+            await until(pilot, lambda: type(app.screen).__name__ == "SettingsScreen", 10, "the settings screen")
             app.screen.query_one("#questions").value = "3"
             app.screen.query_one("#external_groups").value = "2"
             await pilot.press("ctrl+s")
-            await pilot.pause(0.3)
-            assert type(app.screen).__name__ == "Screen"
+            await until(pilot, lambda: type(app.screen).__name__ == "Screen", 10, "the settings saved and closed")
             text = paths.config_file.read_text()
             assert "questions = 3" in text and "external_groups = 2" in text
             assert app.control.node.sizing.shape.local_groups == 1
@@ -92,7 +90,7 @@ def test_keys_drive_a_real_node(tmp_path):
             # q: stop; the app exits once the node has closed
             await pilot.press("q")
             await until(pilot, lambda: not app.control.alive, 120, "the node to stop")
-            await pilot.pause(0.5)
+            await until(pilot, lambda: not app.is_running, 10, "the app to exit")
             return finished
 
     finished = asyncio.run(scenario())
@@ -113,9 +111,10 @@ def test_a_failing_node_shows_what_to_do_and_the_app_stays(tmp_path):
             assert any("missing.gguf" in line.text for line in app.view.log)
             assert app.is_running
             await pilot.press("p")  # nothing to pause: a notice, not a crash
-            await pilot.pause(0.2)
+            await until(pilot, lambda: any("not running" in n.message for n in app._notifications), 10, "the notice")
+            assert app.is_running
             await pilot.press("q")
-            await pilot.pause(0.3)
+            await until(pilot, lambda: not app.is_running, 10, "the app to exit")
 
     asyncio.run(scenario())
     assert app.return_code == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from tui_data import ReplayControl, events
 
-from swarmling.app.commands.ask import Answers
+from swarmling.app.node.try_it import Answers
 from swarmling.app.events import Preparing, StateChanged
 from swarmling.app.tui.app import SwarmlingApp
 from swarmling.app.tui.view import EventQueue, NodeView

@@ -71,7 +71,7 @@ def run_headless(config: Config, paths, rounds: int | None) -> int:
     finally:
         node.close()
     if rounds is not None and done == rounds:  # a run of N rounds that ran them: what it learnt, on one question
-        from .ask import before_and_after
+        from ..node.try_it import before_and_after
 
         shown = before_and_after(config, paths)
         if shown:

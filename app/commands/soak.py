@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
-from .swarm_bench import BenchOptions, make_nodes, node_specs, node_stats, play_round
+from .swarm_lab import BenchOptions, make_nodes, node_specs, node_stats, play_round
 from .arguments import Invocation, positive
 
 ROUND_S = 1.0

@@ -28,7 +28,7 @@ class Readings:
 
 @dataclass(frozen=True)
 class GuestSettings:
-    """The [resources] rules the policy applies; their defaults live in app/config.py only."""
+    """The [resources] rules the policy applies; their defaults live in app/config/schema.py only."""
 
     pause_on_battery: bool
     resume_after_plugged_s: float  # hysteresis: mains must stay connected this long

@@ -33,6 +33,8 @@ class HeldOutSchedule:
         """The score of the weights the node starts from (the base model on a fresh start)."""
         if not self.every_rounds or self._start_done:
             return
+        if round_no > 0 and (round_no + 1) % self.every_rounds == 0:
+            return  # a resume just before a due round: that round's end measures newer weights at once
         shared = self._base_scores if self._base_scores is not None and round_no == 0 else {}
         try:
             result = shared.get(key) or self._measure(round_no, should_stop)
@@ -43,12 +45,16 @@ class HeldOutSchedule:
         self._start_done = True
 
     def after_round(self, round_no: int) -> HeldOutScore | None:
-        """The score for this round's record: measured now when due (the update is applied, so it
-        cannot be abandoned: the checkpoint must follow), else the start's, once."""
+        """The score for this round's record: the start's, once (a record holds one score, and the
+        base model's must not be lost: with `every_rounds = 1` the first round's own weights then go
+        unmeasured, the second's are); else measured now when due (the update is applied, so it
+        cannot be abandoned: the checkpoint must follow)."""
         every, pending, self._pending = self.every_rounds, self._pending, None
+        if pending is not None:
+            return pending
         if every and round_no % every == 0:
             return self._measure(round_no, None), round_no
-        return pending
+        return None
 
 
 def measure(sampler: Sampler, preset: Preset, prefill_answer: bool, max_new_tokens: int, levels: dict[str, int],

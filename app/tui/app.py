@@ -228,7 +228,7 @@ def create_app(config: Config, paths: Paths, *, rounds: int | None = None, confi
     """The app around a real node (loaded on the node's thread once the app is up)."""
     from ..node.runner import NodeRunner
 
-    from ..commands.ask import NodeAsker
+    from ..node.try_it import NodeAsker
 
     events = EventQueue()
     runner = NodeRunner(config, paths, events, rounds=rounds, config_file=config_file, cli=cli)

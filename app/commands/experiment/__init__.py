@@ -82,7 +82,7 @@ def experiment_arguments(p) -> None:
     p.add_argument("--archive", type=Path, metavar="FILE",
                    help="restore finished runs from FILE before the grid, write it anew after (machines that start bare)")
     add_config_flags(p, threads_default=f"backend.threads if configured, else {EXPERIMENT_THREADS}, "
-                                        "the threads the README's figures were measured on")
+                                        "the threads the experiments' figures were measured on")
 
 
 def experiment_main(c: Invocation) -> int:

@@ -24,7 +24,7 @@ random numbers, learning/draws.py) and differ only in what they train on. Q is f
   (each holds at least 1,000 distinct questions): the learning defaults' screen and what a
   volunteer's node learns, one arm. Primary: held-out accuracy, the mean over datasets.
 
-Levels were chosen from the base model's rates measured here (README, "Does sharing help?").
+Levels were chosen from the base model's rates measured here (docs/sharing.md, "Earlier").
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Design:
         return round_no > self.burn_in
 
 
-# The base model's rates on the starter preset, measured here (README, "Does sharing help?"):
+# The base model's rates on the starter preset, measured here (docs/sharing.md, "Earlier"):
 # near-greedy on 40 held-out items at levels 0-1 pooled (the set the levels were chosen on),
 # letter_counting 17.5%, basic_arithmetic 10%, chain_sum 10% (the others 0-2.5%: no signal to
 # share); on the specialists' own items at level 0 (its base.json) 10%, 20% and 2.5%; sampled at

@@ -5,7 +5,7 @@
     hf_folder          the adapter merged into the base, a transformers folder
     model_card         README.md: base, licence, rounds, held-out curve, peers' share, usage
 
-Which checkpoint, copied and verified beside a running node: ../checkpoint_choice.py (`ask`
+Which checkpoint, copied and verified beside a running node: app/node/checkpoint_choice.py (`ask`
 reads checkpoints the same way). The folder is filled under a temporary name beside `--out` and
 renamed into place at the end, so an export that fails or is interrupted leaves nothing that
 looks like a model.
@@ -29,7 +29,7 @@ from ...models import SHIPPED, ResolvedModel, resolve_model
 from ...paths import Paths
 from ...sizing import reply_tokens
 from ..arguments import Invocation, add_checkpoint_choice, add_config_flags
-from ..checkpoint_choice import take_checkpoint
+from ...node.checkpoint_choice import take_checkpoint
 from .gguf_folder import write_gguf_files
 from .hf_folder import write_hf_files
 from .model_card import CardFacts, model_card, provenance

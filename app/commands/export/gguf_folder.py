@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ....backends.gguf_lora import peft_adapter_as_gguf
-from ....backends.llama_cpp_generator import LlamaCppError, LlamaCppGenerator
+from ....backends.llama_cpp_engine import LlamaCppError
+from ....backends.llama_cpp_generator import LlamaCppGenerator
 from ...errors import NodeError
 from ...learning.prompt import PromptFormat
-from ..checkpoint_choice import TakenCheckpoint
+from ...node.checkpoint_choice import TakenCheckpoint
 from .llama_cpp_lines import EXAMPLE_QUESTION, command_lines
 from .modelfile import modelfile
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ....backends.adapter_format import ADAPTER_CONFIG, ADAPTER_FILE, FULL_WEIGHTS_FILE
 from ...errors import NodeError
-from ..checkpoint_choice import TakenCheckpoint
+from ...node.checkpoint_choice import TakenCheckpoint
 
 
 def merged_model(base_dir: Path, checkpoint: Path):

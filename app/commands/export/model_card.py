@@ -16,7 +16,7 @@ from ...learning.evaluation import EVAL_ITEMS, EVAL_TEMPERATURE
 from ...learning.prompt import PromptFormat
 from ...learning.tasks import load_preset
 from ...metrics import read_records
-from ..checkpoint_choice import TakenCheckpoint
+from ...node.checkpoint_choice import TakenCheckpoint
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """`t`: try the model. The volunteer types a question; the trained model (the newest checkpoint)
-and the base model answer side by side, as `swarmling ask` does (commands/ask.py): a small
+and the base model answer side by side, as `swarmling ask` does (node/try_it.py): a small
 llama.cpp copy on one thread of its own, loaded when the first question is asked and freed when
 the screen closes, so the running node's round and its memory stay as they were."""
 
@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from ...commands.ask import Answers
+from ...node.try_it import Answers
 
 
 class Asker(Protocol):

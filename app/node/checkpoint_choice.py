@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NodeError
-from ..node.best import best_folder, read_best
-from ..node.checkpoint import Checkpoint, CheckpointError, copy_checkpoint, latest_checkpoint
-from ..node.resume import NodeState
+from .best import best_folder, read_best
+from .checkpoint import Checkpoint, CheckpointError, copy_checkpoint, latest_checkpoint
+from .resume import NodeState
 
 # The newest folder can be pruned while it is copied only when the node finishes a round meanwhile:
 # a few tries are plenty (a round takes seconds, a copy milliseconds).

@@ -1,27 +1,15 @@
-"""Configuration: a TOML file, environment variables and CLI flags, checked against one schema.
-
-Precedence: CLI (`--set section.key=value` and dedicated flags) > environment
-(`SWARMLING_SECTION__KEY=value`) > the config file > built-in defaults. Keys left unset (None)
-get per-hardware defaults later (see `defaults.py`). Unknown keys and bad values are errors that
-name the key, where the value came from, and what is accepted.
-"""
+"""The configuration's schema: its sections, keys, defaults and checks, and which keys a running
+node takes without a restart (LIVE_KEYS)."""
 
 from __future__ import annotations
 
-import os
 import re
-import tomllib
-from collections.abc import Mapping
 from datetime import time as dtime
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-ENV_PREFIX = "SWARMLING_"
 PEER_ADDR = re.compile(r"^/(ip4|ip6|dns|dns4|dns6)/[^/\s]+/tcp/\d{1,5}/p2p/[1-9A-HJ-NP-Za-km-z]{32,64}$")
-# Environment variables that are not config keys.
-ENV_NOT_KEYS = {"SWARMLING_HOME", "SWARMLING_CACHE_DIR", "SWARMLING_CONFIG"}
 
 
 class _Section(BaseModel):
@@ -88,7 +76,7 @@ class TrainSection(_Section):
     # (CUDA backend only, when the GPU has room for weights + gradients + AdamW moments).
     mode: Literal["lora", "full"] = "lora"
     # AdamW's step size once warmed up: linearly from 0 over the first `warmup_steps` updates
-    # (Adam's moments are mostly noise until then). Chosen by measurement: README, "Learning that
+    # (Adam's moments are mostly noise until then). Chosen by measurement: docs/history.md, "Learning that
     # lasts". The literature's range for LoRA RL on small batches, 5e-5 to 1e-4, learnt 2-3x slower
     # here over the first 20 rounds (a 135M model; steps wait for the minimum batch, so they are
     # fewer and bigger than a step a round); the minimum batch and the anchor hold it instead.
@@ -260,7 +248,8 @@ class ResourcesSection(_Section):
     on_suspend: Literal["abandon", "finish"] = "abandon"  # the round in flight when a rule suspends the node
     release_memory_after_s: int = Field(default=900, ge=0)  # suspended this long: free the model (0: never)
     check_every_s: float = Field(default=15.0, ge=1, le=3600)
-    # Swarm traffic cap, KiB/s averaged over a round (bundles fetched); unset: swarm.inbound_kib_per_round.
+    # Swarm traffic cap, KiB/s averaged over a round: bundles fetched (unset: swarm.inbound_kib_per_round)
+    # and others' announcements forwarded (unset: 64 KiB/s, swarm/host/forwarding.py).
     bandwidth_kib_s: int | None = Field(default=None, ge=1)
 
     @field_validator("windows")
@@ -318,113 +307,3 @@ def changed_keys(old: Config, new: Config) -> list[str]:
 
 class ConfigError(ValueError):
     """A message for the user: which key, where it came from, what is accepted."""
-
-
-# ---- loading ---------------------------------------------------------------------------------
-
-
-def parse_value(text: str) -> Any:
-    """A value as TOML would read it (4, 0.5, true, ["a", "b"]), else the plain string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def _set_path(tree: dict, dotted: str, value: Any, origin: str, origins: dict[str, str]) -> None:
-    parts = [p for p in dotted.split(".") if p]
-    if len(parts) != 2:
-        raise ConfigError(f"{origin}: {dotted!r} is not a key; use section.key, e.g. round.questions")
-    section, key = parts
-    tree.setdefault(section, {})
-    if not isinstance(tree[section], dict):
-        raise ConfigError(f"{origin}: [{section}] must be a table")
-    tree[section][key] = value
-    origins[f"{section}.{key}"] = origin
-
-
-def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
-    out = []
-    for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_KEYS:
-            continue
-        rest = name[len(ENV_PREFIX) :].lower()
-        if "__" not in rest:
-            # Not a config key (other SWARMLING_* variables exist), unless it looks like a typo of one.
-            if rest.split("_")[0] in Config.model_fields:
-                raise ConfigError(f"environment variable {name}: config keys are SWARMLING_SECTION__KEY (two underscores)")
-            continue
-        dotted = rest.replace("__", ".")
-        out.append((dotted, parse_value(raw), f"environment variable {name}"))
-    return out
-
-
-def load_config(
-    file: Path | None,
-    environ: Mapping[str, str] | None = None,
-    cli: list[tuple[str, Any]] | None = None,
-) -> Config:
-    tree: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    if file is not None and file.exists():
-        try:
-            data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{file} is not valid TOML: {exc}") from None
-        for section, table in data.items():
-            if not isinstance(table, dict):
-                raise ConfigError(f"{file}: top-level key {section!r} must be a [section]; sections: {_sections()}")
-            for key, value in table.items():
-                _set_path(tree, f"{section}.{key}", value, f"{file}", origins)
-    for dotted, value, origin in env_overrides(os.environ if environ is None else environ):
-        _set_path(tree, dotted, value, origin, origins)
-    for dotted, value in cli or []:
-        _set_path(tree, dotted, value, "command line", origins)
-    try:
-        return Config.model_validate(tree)
-    except ValidationError as exc:
-        raise ConfigError(_explain(exc, origins)) from None
-
-
-def _sections() -> str:
-    return ", ".join(Config.model_fields)
-
-
-def _explain(exc: ValidationError, origins: dict[str, str]) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = [str(p) for p in err["loc"]]
-        key = ".".join(loc[:2])
-        origin = origins.get(key, "")
-        where = f" (from {origin})" if origin else ""
-        if err["type"] == "extra_forbidden":
-            if len(loc) == 1:
-                lines.append(f"unknown section [{loc[0]}]{where}; sections are: {_sections()}")
-            else:
-                section = Config.model_fields.get(loc[0])
-                accepted = ", ".join(section.annotation.model_fields) if section else ""
-                lines.append(f"unknown key {key}{where}; keys in [{loc[0]}] are: {accepted}")
-            continue
-        got = err.get("input")
-        lines.append(f"{key}{where}: {err['msg']} (got {got!r})")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
-
-
-def describe_keys() -> str:
-    """All keys with their defaults, for `swarmling config --keys` and error hints."""
-    out = []
-    for section, field in Config.model_fields.items():
-        out.append(f"[{section}]")
-        for key, f in field.annotation.model_fields.items():
-            default = "auto (per hardware)" if f.default is None else repr(f.default)
-            out.append(f"  {key} = {default}")
-    return "\n".join(out)
-
-
-def describe_config(config: Config) -> str:
-    """The effective configuration, for `swarmling config`."""
-    out = []
-    for section, values in config.model_dump().items():
-        out.append(f"[{section}]")
-        out.extend(f"{key} = {'auto' if value is None else repr(value)}" for key, value in values.items())
-    return "\n".join(out)
