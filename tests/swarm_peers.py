@@ -292,3 +292,38 @@ def churn_connections(target: str, n: int) -> int:
         return got_in
 
     return trio.run(main)
+
+
+def forwarding_flood(tmp_path, identities: int, each: int, forward_kib_s: float, settle_s: float = 4.0) -> dict:
+    """An honest node B in a crowd of `identities` hostile peers, each in B's gossip mesh, that
+    publish `each` announcements as fast as they can. What B uploads while it passes them on,
+    with its forwarding budget at `forward_kib_s` (host/forwarding.py). Returns B's figures."""
+    from waiting import wait_until
+
+    b = honest(tmp_path, "b")
+    b.host.forwarding.kib_s = forward_kib_s  # as a round sets it from resources.bandwidth_kib_s
+    crowd = [Hostile(tmp_path, dial=(b.listen_addrs[0],), name=f"flood-{i}") for i in range(identities)]
+    try:
+        for h in crowd:
+            h.start()
+        assert wait_until(lambda: len(b.host.connected_peers()) == identities, timeout_s=60)
+        assert wait_until(lambda: b.host.gossip_figures()["mesh_peers"] >= min(identities, 6), timeout_s=30)
+        time.sleep(settle_s)  # joins, subscriptions and grafts settle before the measured window
+        _, out_before = b.host.counters.snapshot()
+        received_before, started = b.board.received, time.monotonic()
+        for r in range(each):
+            for h in crowd:
+                h.publish(bundle_and_announcement(h.peer_id, real_groups(8), round_no=r + 1)[1])
+        offered = identities * each
+        wait_until(lambda: b.board.received + sum(b.board.refused.values()) >= offered, timeout_s=60)
+        time.sleep(2.0)  # what B forwards, it forwards at once: let the last copies leave
+        _, out_after = b.host.counters.snapshot()
+        seconds = time.monotonic() - started
+        return {"offered": offered, "accepted": b.board.received - received_before,
+                "upload_kib": (out_after - out_before) / 1024, "seconds": seconds,
+                "withheld": b.host.forwarding.withheld, "forwarded_kib": b.host.forwarding.forwarded_bytes / 1024,
+                "mesh_peers": b.host.gossip_figures()["mesh_peers"]}
+    finally:
+        for h in crowd:
+            h.stop()
+        b.stop()

@@ -30,3 +30,19 @@ def test_the_line_viewers_show():
     assert SwarmRoundStats().given == ""
     assert SwarmRoundStats(bundles_served=40, bundles_served_day=37, served_peers_day=5).given == \
         "your rollouts: fetched 37x by 5 peers in 24 h"
+
+
+def test_what_peers_say_is_counted_for_a_day_bounded():
+    now = [0.0]
+    log = GivenLog(clock=lambda: now[0], max_remembered=4)
+    for peer in ("p", "q", "p", "r", "s"):  # five reports, four remembered: the count reads low, never high
+        log.thanked(peer, 2)
+    assert log.figures() == GivenFigures(0, 0, 0, 8, 4)
+    now[0] = DAY_S + 1
+    assert log.figures() == GivenFigures(0, 0, 0, 0, 0)
+
+
+def test_the_line_says_it_is_the_peers_word():
+    stats = SwarmRoundStats(bundles_served=9, bundles_served_day=9, served_peers_day=3, trained_on_day=5,
+                            trained_by_peers_day=2)
+    assert stats.given == "your rollouts: fetched 9x by 3 peers, trained on 5x (as 2 said) in 24 h"

@@ -77,3 +77,27 @@ def test_a_graft_refused_for_another_reason_keeps_its_backoff(tmp_path):
     r.back_off[TOPIC] = {direct: until}
     assert graft(r, direct) == [direct]
     assert r.back_off[TOPIC][direct] >= until
+
+
+def test_another_peers_message_is_forwarded_within_the_budget_and_our_own_always(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from libp2p.pubsub.gossipsub import GossipSub
+
+    from swarmling.app.swarm.host.forwarding import ForwardBudget
+
+    sent: list[ID] = []
+
+    async def sends(self, msg_forwarder, pubsub_msg) -> None:  # py-libp2p's forwarding, recorded
+        sent.append(msg_forwarder)
+
+    monkeypatch.setattr(GossipSub, "publish", sends)
+    me, other, *mesh = [peer(tmp_path, f"f{i}") for i in range(6)]
+    r = router()
+    r.forwarding = ForwardBudget(kib_s=1.0, clock=lambda: 0.0)  # a 4 KiB burst, no time passes
+    r.pubsub = SimpleNamespace(my_id=me)
+    r.mesh[TOPIC] = set(mesh)  # 4 mesh peers: a 1,000-byte message costs 4,000 bytes to pass on
+    message = rpc_pb2.Message(data=b"x" * 1000, topicIDs=[TOPIC])
+    for forwarder in (other, other, me):
+        trio.run(r.publish, forwarder, message)
+    assert sent == [other, me] and r.forwarding.withheld == 1

@@ -41,9 +41,10 @@ def test_sim_three_nodes_find_each_other_and_train_on_groups_they_verified(tmp_p
         assert node["rounds"] == 3, name
         # node-2 was given node-1 only (static) and node-0 (bootstrap): all three see each other
         assert max(node["peers"]) == 2, (name, node["peers"])
-        # from round 2 on, every node trains on peers' groups; nothing honest is refused
+        # from round 2 on, every node trains on peers' groups; nothing honest is blamed (a group may
+        # be refused unblamed: at 12 tokens an honest sampler's stray byte can cost it half its replies)
         assert sum(node["external_groups"][1:]) >= 1, (name, node["external_groups"])
-        assert sum(node["external_rejected"]) == 0, (name, node["external_rejected"])
+        assert sum(node["external_blamed"]) == 0, (name, node["external_blamed"], node["external_rejected"])
         assert all(b > 0 for b in node["bytes_in"]) and all(b > 0 for b in node["bytes_out"])
     # external groups passed through the receiver's own intake: each one was regenerated and scored there
     for i in range(3):

@@ -302,6 +302,7 @@ def _summarise(nodes: list[_SimNode], by_round: dict[int, dict[int, RoundRecord]
             "reward": [x.reward_mean for x in recs],
             "external_groups": [x.external_groups for x in recs],
             "external_rejected": [x.external_rejected for x in recs],
+            "external_blamed": [x.swarm_stats.groups_blamed for x in recs],
             "peers": [x.swarm_stats.peers for x in recs],
             "bytes_in": [x.swarm_stats.bytes_in for x in recs],
             "bytes_out": [x.swarm_stats.bytes_out for x in recs],

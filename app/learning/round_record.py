@@ -52,6 +52,8 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     gossip_peers: int = 0
     mesh_peers: int = 0
     lowest_gossip_score: float | None = None
+    # Others' announcements not passed on for want of upload budget, since start (swarm/host/forwarding.py).
+    forwards_withheld: int = 0
     # Connections held at the round's end, by why each is kept (swarm/host/host.py connection_figures).
     connections_held: dict[str, int] = msgspec.field(default_factory=dict)
     shards: int = 1  # announcement shards (topics) this node's estimate of the swarm's size chose (swarm/shards.py)
@@ -60,6 +62,14 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     bundles_served: int = 0
     bundles_served_day: int = 0
     served_peers_day: int = 0
+    # What peers said their updates trained on of ours in the last 24 h, and how many said so
+    # (swarm/host/thanks.py): their word, shown as such and used for nothing else.
+    trained_on_day: int = 0
+    trained_by_peers_day: int = 0
+    # Peers' groups refused this round in a way that counts against the peer (forged, malformed,
+    # another swarm's...); the record's external_rejected counts these and the unblamed ones an
+    # honest peer may send (replies this node cannot use, a preset it does not know).
+    groups_blamed: int = 0
 
     @property
     def given(self) -> str:
@@ -67,7 +77,8 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
         if not self.bundles_served_day:
             return ""
         peers = self.served_peers_day
-        return f"your rollouts: fetched {self.bundles_served_day}x by {peers} peer{'s' if peers != 1 else ''} in 24 h"
+        said = f", trained on {self.trained_on_day}x (as {self.trained_by_peers_day} said)" if self.trained_on_day else ""
+        return f"your rollouts: fetched {self.bundles_served_day}x by {peers} peer{'s' if peers != 1 else ''}{said} in 24 h"
 
 
 SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)

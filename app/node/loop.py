@@ -218,7 +218,8 @@ class Node(NodeControls):
         window = clock_window(time.time()) if self.config.round.common_window == "clock" else None
         draws = RoundDraws(self.seed, round_no, window)
         # Which bundles to fetch depends on what the network delivered: a stream of its own.
-        self.swarm.start_round(draws.stream("fetches"), inbound_budget(self.config, last.wall_seconds if last else None))
+        self.swarm.start_round(draws.stream("fetches"), inbound_budget(self.config, last.wall_seconds if last else None),
+                               self.config.resources.bandwidth_kib_s)
         phase = functools.partial(self._on_phase, round_no)
         # 1. tasks, 2. generate, 3. score
         scored = own_groups(backend, self.preset, self.curriculum, settings, draws, watch, stop, phase, progress)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from ..config import Config
@@ -51,7 +52,9 @@ class OfflineSwarm:
         return []
 
     # ---- per round -----------------------------------------------------------------------------
-    def start_round(self, rng: np.random.Generator, budget_bytes: int | None) -> None:
+    def start_round(self, rng: np.random.Generator, budget_bytes: int | None, upload_kib_s: float | None = None) -> None:
+        """`budget_bytes`: what this round may fetch; `upload_kib_s`: resources.bandwidth_kib_s,
+        which caps forwarding others' announcements too (None: the default budget)."""
         self._intakes = []  # a dropped round's refusals are not the next one's
 
     def sharer(self, round_no: int, prefill: str) -> ShareCallback | None:
@@ -107,8 +110,9 @@ class OnlineSwarm(OfflineSwarm):
     def listen_addrs(self) -> list[str]:
         return self.network.listen_addrs
 
-    def start_round(self, rng: np.random.Generator, budget_bytes: int | None) -> None:
-        super().start_round(rng, budget_bytes)
+    def start_round(self, rng: np.random.Generator, budget_bytes: int | None, upload_kib_s: float | None = None) -> None:
+        super().start_round(rng, budget_bytes, upload_kib_s)
+        self.network.cap_forwarding(upload_kib_s)  # a live setting: the settings screen may change it
         self.network.plan_fetches(rng, budget_bytes)  # fetches run on the network thread while we generate
 
     def sharer(self, round_no: int, prefill: str) -> ShareCallback:
@@ -124,7 +128,8 @@ class OnlineSwarm(OfflineSwarm):
             for peer, count in intake.admitted_by_peer.items():
                 admitted[peer] = admitted.get(peer, 0) + count
         self.network.record_intake(admitted, trained)
-        stats = self.network.round_stats()
+        blamed = sum(count for intake in intakes for count in intake.by_peer.values())
+        stats = msgspec.structs.replace(self.network.round_stats(), groups_blamed=blamed)
         self._say_if_alone(stats.peers)
         self._say_if_cut_off(stats)
         return stats

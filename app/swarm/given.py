@@ -29,6 +29,8 @@ class GivenFigures:
     served: int  # bundles served since the node started
     served_day: int  # in the last 24 h
     peers_day: int  # distinct peers they went to in the last 24 h
+    trained_day: int = 0  # groups peers said their updates trained on, in the last 24 h (host/thanks.py)
+    trained_peers_day: int = 0  # how many peers said so
 
 
 class GivenLog:
@@ -38,6 +40,7 @@ class GivenLog:
         self._clock = clock
         self._lock = threading.Lock()
         self._events: deque[tuple[float, str]] = deque(maxlen=max_remembered)
+        self._thanks: deque[tuple[float, str, int]] = deque(maxlen=max_remembered)
         self._served = 0
 
     def served(self, peer: str) -> None:
@@ -45,9 +48,16 @@ class GivenLog:
             self._events.append((self._clock(), peer))
             self._served += 1
 
+    def thanked(self, peer: str, groups: int) -> None:
+        """A peer says its update trained on `groups` of ours: counted as said, used for nothing else."""
+        with self._lock:
+            self._thanks.append((self._clock(), peer, groups))
+
     def figures(self) -> GivenFigures:
         with self._lock:
             since = self._clock() - DAY_S
-            while self._events and self._events[0][0] < since:
-                self._events.popleft()
-            return GivenFigures(self._served, len(self._events), len({peer for _, peer in self._events}))
+            for events in (self._events, self._thanks):
+                while events and events[0][0] < since:
+                    events.popleft()
+            return GivenFigures(self._served, len(self._events), len({e[1] for e in self._events}),
+                                sum(e[2] for e in self._thanks), len({e[1] for e in self._thanks}))

@@ -10,7 +10,7 @@ a forwarded port). It is:
 - a circuit-relay-v2 hop with bounded slots and circuits (relay.py) for nodes that cannot be
   dialled, and a dial-back service that tells each node whether it can (reachability.py).
 It keeps no bundles: relaying a fetch costs the helper the bundle twice (in and out) but no
-memory, and a bundle is kilobytes (the closing figures are in README's swarm section).
+memory, and a bundle is kilobytes (its figures: docs/measured.md; how it works: docs/design.md).
 
 Every FIGURES_EVERY_S it prints one line of figures (peers, slots, circuits, bytes relayed, wire
 bytes, RSS, CPU) and writes them to `relay.json` in its data folder for monitoring.

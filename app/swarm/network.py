@@ -33,6 +33,7 @@ from ..events import PeerView
 from ..learning.rollout import QuestionGroup
 from ..learning.round_record import SwarmRoundStats
 from .given import GivenLog
+from .host.forwarding import FORWARD_KIB_S
 from .host.bundle_protocol import FetchOutcome
 from .host.host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
 from .nat.reachability import Reachability
@@ -105,6 +106,7 @@ class SwarmNetwork:
             serve_bundle=self._serve,
             on_fetched=self._on_fetched,
             on_served=self.given.served,
+            on_thanked=self.given.thanked,
             app_score=self._gossip_score,
             keeps_peer=self.reputation.proven,
             peer_rank=lambda peer: (self.board.heard_from(peer), self.reputation.score(peer)),
@@ -217,6 +219,7 @@ class SwarmNetwork:
                 used_by_peer[group.source] = used_by_peer.get(group.source, 0) + 1
         for peer, count in used_by_peer.items():
             self.reputation.used(peer, count)
+            self.host.thank(peer, count)  # the author sees its rollouts taught someone (host/thanks.py)
 
     def _gossip_score(self, peer: str) -> float:
         standing = self.reputation.standing(peer)
@@ -270,6 +273,8 @@ class SwarmNetwork:
             bundles_served=given.served,
             bundles_served_day=given.served_day,
             served_peers_day=given.peers_day,
+            trained_on_day=given.trained_day,
+            trained_by_peers_day=given.trained_peers_day,
             fetch_failures=failures[:5],
             fetch_seconds_p50=round(float(np.median(fetch_s)), 4) if fetch_s else None,
             announce_latency_s_p50=round(float(np.median(announce_s)), 4) if announce_s else None,
@@ -280,6 +285,12 @@ class SwarmNetwork:
             connections_held=self.host.connection_figures(),
             shards=self.shard_level.shards,
         )
+
+    def cap_forwarding(self, kib_s: float | None) -> None:
+        """Forward others' announcements within `kib_s` (resources.bandwidth_kib_s), or within the
+        default budget where that is lower or no cap is set (host/forwarding.py)."""
+        if self.host.forwarding is not None:
+            self.host.forwarding.kib_s = min(FORWARD_KIB_S, kib_s) if kib_s else FORWARD_KIB_S
 
     # ---- network-thread callbacks --------------------------------------------------------------
     def _serve(self, wanted: str) -> bytes | None:

@@ -52,13 +52,13 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
-from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from ..nat.reachability import DialBackServer, Reachability, ReachabilityBoard, dialback_protocol, keep_reachable
-from ..nat.relay import HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, is_circuit, relayed_only
+from ..nat.relay import (HELPER_LIMITS, NODE_LIMITS, CountingRelay, RelayClient, free_departed_slots, is_circuit,
+                         relay_figures)
 from ..p2p.addresses import dialable_addrs, interface_hosts, is_loopback
 from ..p2p.counting_transport import Counters, CountingTCP
 from ..p2p.identity import peer_id_of
@@ -66,15 +66,19 @@ from ..p2p.peerstore import DialablePeerstore
 from ..p2p.trio_bridge import TrioThread
 from ..verification.board import Verdict
 from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
-from .mesh import KeepingGossipSub
 from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome, with_words
 from .dialer import AuthorDialer, DialCooldown, Dialer, parse_peer_addr
+from .gossip_router import GOSSIPSUB_PROTOCOL, gossip_figures, gossip_router
+from .forwarding import FORWARD_KIB_S, ForwardBudget
+from .keep_policy import KeepPolicy
+from .publishing import Publisher
+from .thanks import Thanks, thanks_protocol
 from .pubsub_guard import GuardedPubsub, IgnoredMessage
 from .shard_topics import ShardTopics
 from .supervision import HealthBoard, HostHealth, RestartBackoff, describe
 
 # The names other modules import from here; the address helpers and parse_peer_addr live next door.
-__all__ = ["HostHealth", "HostSettings", "SwarmError", "SwarmHost", "interface_hosts", "parse_peer_addr"]
+__all__ = ["GOSSIPSUB_PROTOCOL", "HostHealth", "HostSettings", "SwarmError", "SwarmHost", "interface_hosts", "parse_peer_addr"]
 
 log = logging.getLogger("swarmling.swarm")
 # Importing py-libp2p resets its logger (WARNING, no handler, not propagated), so Python's last-resort
@@ -83,7 +87,6 @@ log = logging.getLogger("swarmling.swarm")
 _root_level = logging.getLogger().level
 logging.getLogger("libp2p").setLevel(_root_level if _root_level <= logging.INFO else logging.CRITICAL)
 
-GOSSIPSUB_PROTOCOL = TProtocol("/meshsub/1.1.0")
 # Connections are bounded whatever the swarm's size; py-libp2p's auto-connector (which dials every
 # address in the peerstore, ephemeral ports included, whenever fewer than 100 are open) is off:
 # the dialer decides whom to dial. Whom to keep is admission.py's (it keeps far fewer than this
@@ -95,15 +98,7 @@ CONNECTIONS = ConnectionConfig(max_connections=96, high_watermark=96, low_waterm
 HELPER_CONNECTIONS = ConnectionConfig(max_connections=256, high_watermark=256, low_watermark=0, min_connections=0,
                                       max_connections_per_peer=2)
 HELPER_KEEPS = 224
-SLOT_SWEEP_S = 30.0
-PUBLISH_QUEUE, FETCH_QUEUE = 64, 256  # items waiting for the trio thread; more are dropped
-PUBLISH_WAIT_S = 10.0  # longest a publish waits for peers' queues to drain
-# A peer we dial (a helper, a bootstrap node) that comes back gets our latest announcement again
-# at once, when it is this young: a round can last minutes, and until our next one the swarm
-# behind a restarted helper would not hear of our bundle (issue 27: announcements cross a
-# returning helper within 30 s). Younger than the bundles a node keeps (4 rounds), so it can
-# still be fetched.
-REPUBLISH_WITHIN_S = 120.0
+PUBLISH_QUEUE, FETCH_QUEUE, THANKS_QUEUE = 64, 256, 64  # items waiting for the trio thread; more are dropped
 
 
 class SwarmError(RuntimeError):
@@ -124,6 +119,7 @@ class HostSettings:
     # A helper (`swarmling relay`): relays circuits for nodes behind NAT and dials them back to say
     # whether they are reachable, instead of reserving slots itself.
     helper: bool = False
+    forward_kib_s: float = FORWARD_KIB_S  # a node's upload for forwarding others' announcements
 
     @property
     def topic(self) -> str:
@@ -137,29 +133,9 @@ class HostSettings:
     def dialback_protocol(self) -> TProtocol:
         return dialback_protocol(self.swarm, self.version)
 
-
-def _score_params(app_score: Callable[[ID], float]) -> ScoreParams:
-    return ScoreParams(
-        # P4: a peer that forwards messages our validator rejects loses 10 per message (capped);
-        # py-libp2p subtracts weight × count, so the weight is positive.
-        p4_invalid_messages=TopicScoreParams(weight=10.0, cap=100.0, decay=0.99),
-        p5_behavior_penalty_weight=1.0,
-        p5_behavior_penalty_decay=0.99,
-        # py-libp2p charges 10 for a GRAFT within 10 s of a PRUNE that peer sent us ("graft
-        # flood": both sides pruning and grafting in the same second when many peers join at once)
-        # and 5 per IHAVE/IWANT spam event: up to 20 is forgiven (two such races), beyond it each
-        # point counts. (A GRAFT during our backoff only renews the backoff: no penalty there.)
-        p5_behavior_penalty_threshold=20.0,
-        # P6: what the node learnt from the peer's bundles (refused groups, bad transfers).
-        app_specific_score_fn=app_score,
-        p6_appl_slack_weight=1.0,
-        # P7 off: volunteers behind one NAT (and every sim on 127.0.0.1) share an address.
-        p7_ip_colocation_weight=0.0,
-        publish_threshold=-50.0,
-        gossip_threshold=-20.0,
-        graylist_threshold=-80.0,
-        accept_px_threshold=0.0,
-    )
+    @property
+    def thanks_protocol(self) -> TProtocol:
+        return thanks_protocol(self.swarm, self.version)
 
 
 GossipValidator = Callable[[str, bytes], Verdict | bool]  # (origin peer id, data) -> accept?
@@ -177,6 +153,7 @@ class SwarmHost:
         keeps_peer: Callable[[str], bool] = lambda peer: False,
         peer_rank: Rank = lambda peer: (False, 0.0),
         on_served: Callable[[str], None] = lambda peer: None,
+        on_thanked: Callable[[str, int], None] = lambda peer, groups: None,
     ) -> None:
         self.settings = settings
         self.key_pair = key_pair
@@ -185,8 +162,8 @@ class SwarmHost:
         self._serve = serve_bundle
         self._on_fetched = on_fetched
         self._on_served = on_served  # a peer fetched one of our bundles whole (swarm/given.py)
+        self._on_thanked = on_thanked  # a peer says it trained on our groups (thanks.py)
         self._app_score = app_score
-        self._keeps_peer = keeps_peer
         self._peer_rank = peer_rank
         self.counters = Counters()
         self.listen_addrs: list[str] = []
@@ -194,11 +171,13 @@ class SwarmHost:
         self._trio = TrioThread("swarmling-libp2p", self._main)
         self._dialer = Dialer(self.peer_id)
         self.cooldown = DialCooldown()  # bundle authors we could not dial lately
-        self._keeper = ConnectionKeeper(
-            lambda peer: (self._dialer.is_target(peer) or keeps_peer(peer) or self._holds_slot(peer)
-                          or self._relayed_only(peer)), peer_rank,
-            keep_at_most=HELPER_KEEPS if settings.helper else KEEP_AT_MOST)
+        self._keep = KeepPolicy(self._dialer, keeps_peer, lambda: (self._host, self._pubsub, self._relay))
+        self._keeper = ConnectionKeeper(self._keep.never_dropped, peer_rank,
+                                        keep_at_most=HELPER_KEEPS if settings.helper else KEEP_AT_MOST)
+        # One life of the libp2p host's parts (set by _run_host, replaced on a restart)
+        self._host = self._pubsub = self._bundles = None
         self._publish_send: trio.MemorySendChannel | None = None
+        self._thanks_send: trio.MemorySendChannel | None = None
         self._fetch_send: trio.MemorySendChannel | None = None
         self._health = HealthBoard()
         self.shards = ShardTopics(settings.topic, self.peer_id, self._gossip_validator)  # announcement topics (shards.py)
@@ -206,7 +185,9 @@ class SwarmHost:
         self._relay: CountingRelay | None = None
         self._dialback: DialBackServer | None = None
         self._bound_port = 0  # the port the first start got (settings may say 0): restarts keep it
-        self._last_published: tuple[float, bytes] | None = None  # (trio clock, announcement)
+        self._publisher = Publisher(settings.topic, self.shards, self._dialer)
+        # Forwarding others' announcements within an upload budget (forwarding.py); a helper forwards freely.
+        self.forwarding = None if settings.helper else ForwardBudget(settings.forward_kib_s)
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -226,6 +207,11 @@ class SwarmHost:
     def fetch(self, peer: str, digest: str, max_bytes: int, addrs: tuple[str, ...] = ()) -> bool:
         """Fetch a bundle by digest from the peer that announced it; the result goes to `on_fetched`."""
         return self._trio.send_nowait(self._fetch_send, (peer, digest, max_bytes, addrs))
+
+    def thank(self, peer: str, groups: int) -> bool:
+        """Tell a connected author we trained on `groups` of its groups (thanks.py); False when
+        the host is not running or the queue is full (dropped: it is only a courtesy)."""
+        return self._trio.send_nowait(self._thanks_send, (peer, groups))
 
     def meet(self, addr: str) -> None:
         """Dial this peer and keep it connected (a shard mate, shards.py); ValueError on a bad address."""
@@ -254,65 +240,36 @@ class SwarmHost:
         return list(dict.fromkeys([*first, *self.listen_addrs]))
 
     def gossip_figures(self) -> dict:
-        """Who this node gossips with: pubsub peers, mesh peers, and the lowest score among them."""
-        pubsub = getattr(self, "_pubsub", None)
-        if pubsub is None:
-            return {"gossip_peers": 0, "mesh_peers": 0, "lowest_gossip_score": None}
-        router, peers = pubsub.router, list(pubsub.peers)  # read from another thread: copies
-        topics = list(pubsub.topic_ids)
-        scorer = getattr(router, "scorer", None)
-        try:  # py-libp2p's scorer belongs to the network thread: a read racing it is skipped
-            scores = [scorer.score(p, topics) for p in peers] if scorer is not None and topics else []
-        except RuntimeError:
-            scores = []
-        return {"gossip_peers": len(peers), "mesh_peers": len({p for m in list(router.mesh.values()) for p in m}),
-                "lowest_gossip_score": round(min(scores), 1) if scores else None}
+        """Who this node gossips with: pubsub peers, mesh peers, the lowest score among them, and
+        the announcements it did not forward for want of upload budget (since it started)."""
+        return gossip_figures(self._pubsub) | {"forwards_withheld": self.forwarding.withheld if self.forwarding else 0}
 
     def connection_figures(self) -> dict[str, int]:
-        """Connections held now, by the first reason each is kept (admission.py's and
-        bundle_protocol.py's rules): "dialled" (a target the user named, or remembered), "relay slot"
-        (a helper's node), "proven" (a positive record), "fetch" (made for a fetch, closed once
-        idle), "relayed" (a circuit through a helper), "gossip" (any other: kept while it gossips)."""
-        bundles = getattr(self, "_bundles", None)
+        """Connections held now, by the first reason each is kept (keep_policy.py)."""
         held: dict[str, int] = {}
         for peer in self._dialer.connected_peers():
-            if self._dialer.is_target(peer):
-                why = "dialled"
-            elif self._holds_slot(peer):
-                why = "relay slot"
-            elif self._keeps_peer(peer):
-                why = "proven"
-            elif bundles is not None and bundles.fetching_over(peer):
-                why = "fetch"
-            elif self._relayed_only(peer):
-                why = "relayed"
-            else:
-                why = "gossip"
+            why = self._keep.reason(peer, self._bundles)
             held[why] = held.get(why, 0) + 1
         return held
 
     def relay_figures(self) -> dict:
         """A helper's relay: slots held, circuits open, bytes copied, dial-backs answered."""
-        relay, dialback = self._relay, self._dialback
-        return {
-            "reservations": relay.reservations() if relay else 0,
-            "circuits": relay.circuits() if relay else 0,
-            "relayed_bytes": relay.relayed_bytes if relay else 0,
-            "dialbacks": dialback.answered if dialback else 0,
-        }
+        return relay_figures(self._relay, self._dialback)
 
     # ---- the trio side -----------------------------------------------------------------------
     async def _main(self) -> None:
         """Run the host, supervised: when py-libp2p fails, log why, tear it down, start it again."""
         publish_send, publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
         fetch_send, fetch_recv = trio.open_memory_channel(FETCH_QUEUE)
+        thanks_send, thanks_recv = trio.open_memory_channel(THANKS_QUEUE)
         backoff = RestartBackoff()
         port = self.settings.port
         try:
             while True:
                 started = trio.current_time()
                 try:
-                    await self._run_host(port, publish_recv, fetch_recv, (publish_send, fetch_send))
+                    await self._run_host(port, publish_recv, fetch_recv, thanks_recv,
+                                         (publish_send, fetch_send, thanks_send))
                     return  # stopped on request
                 except Exception as exc:  # noqa: BLE001 — any service's failure: restart, never give up
                     if not self._trio.is_ready:
@@ -329,7 +286,7 @@ class SwarmHost:
             self._health.down(None, restarting=False)
             self._abandon_fetches(fetch_recv)
 
-    async def _run_host(self, port: int, publish_recv, fetch_recv, senders) -> None:
+    async def _run_host(self, port: int, publish_recv, fetch_recv, thanks_recv, senders) -> None:
         """One life of the libp2p host; returns when stopped, raises when any of its services fails."""
         s = self.settings
         noise = NoiseTransport(self.key_pair, noise_privkey=create_x25519_key_pair().private_key)
@@ -353,38 +310,12 @@ class SwarmHost:
             relay.relayed_bytes = self._relay.relayed_bytes
         self._relay = relay
         relay_client = None if s.helper else RelayClient(host, relay)
-        # The mesh kept for the peers that matter when identities crowd in (mesh.py)
-        gossipsub = KeepingGossipSub(
-            keeps=lambda peer: self._dialer.is_target(peer) or self._keeps_peer(peer),
-            rank=self._peer_rank,
-            protocols=[GOSSIPSUB_PROTOCOL],
-            degree=6,
-            degree_low=4,
-            degree_high=12,
-            heartbeat_interval=1,
-            heartbeat_initial_delay=0.5,
-            spam_protection_enabled=False,
-            # py-libp2p 0.8.1's "adaptive gossip" (on by default) turns the heartbeat, whatever it
-            # was set to, into one every 30 s when its health score is under 0.4 and every 60 s
-            # under 0.7 (gossipsub.py _adapt_heartbeat_parameters, "more frequent" in its comment).
-            # That score counts mesh peers with a positive score, which ours never give, and a
-            # mesh short of 6: two honest nodes on 127.0.0.1 read 0.265 and beat every 30 s from
-            # their first health update on (issue 41). Mesh repair, backoff expiry and the scores'
-            # decay (0.99 a beat: set for 1 s) then ran 30-60x slower, and a mesh emptied under
-            # attack stayed empty for minutes. Minimal reproduction: two GossipSub hosts meshed on
-            # one topic, wait 31 s, read router.heartbeat_interval (30, not 1).
-            adaptive_gossip_enabled=False,
-            # Its IP-diversity grafting and pruning: volunteers behind one NAT, peers reached
-            # through one helper's relay and every sim on 127.0.0.1 share an address (P7 is off
-            # for the same reason), so it would prune honest peers as readily as anyone.
-            eclipse_protection_enabled=False,
-            score_params=_score_params(lambda pid: self._app_score(pid.to_base58())),
-        )
+        gossipsub = gossip_router(self._keep.valued, self._peer_rank, self._app_score, self.forwarding)
         pubsub = GuardedPubsub(host, gossipsub, strict_signing=True)
         self._pubsub = pubsub
         authors = AuthorDialer(host, self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
-                                       self.fetch_latency_s, keeps_connection=self._useful,
+                                       self.fetch_latency_s, keeps_connection=self._keep.valued,
                                        dial_author=authors.dial, on_served=self._on_served)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
@@ -393,6 +324,8 @@ class SwarmHost:
         try:
             async with host.run(listen_addrs=[listen]), trio.open_nursery() as nursery:
                 host.set_stream_handler(s.fetch_protocol, self._serve_stream)
+                thanks = Thanks(host, s.thanks_protocol, self._on_thanked)
+                host.set_stream_handler(s.thanks_protocol, thanks.serve)
                 if s.helper:
                     self._dialback = DialBackServer(host, answered=self._dialback.answered if self._dialback else 0)
                     host.set_stream_handler(s.dialback_protocol, self._dialback.serve)
@@ -403,20 +336,21 @@ class SwarmHost:
                     self.listen_addrs = dialable_addrs([str(a) for a in host.get_addrs()], self.peer_id)
                     self._bound_port = _tcp_port(self.listen_addrs) or port
                     if not self._trio.is_ready:
-                        self._publish_send, self._fetch_send = senders
+                        self._publish_send, self._fetch_send, self._thanks_send = senders
                         self._trio.ready()
                     self._health.up()
                     nursery.start_soon(self.shards.run, host, pubsub, nursery)
-                    nursery.start_soon(self._publish_loop, publish_recv)
-                    nursery.start_soon(self._republish_to_returning_targets)
+                    nursery.start_soon(self._publisher.publish_each, pubsub, publish_recv, s.publish_interval_s)
+                    nursery.start_soon(self._publisher.republish_to_returning_targets, pubsub)
                     nursery.start_soon(self._bundles.fetch_each, fetch_recv)
+                    nursery.start_soon(thanks.send_each, thanks_recv, nursery)
                     nursery.start_soon(self._dialer.run, host)
                     nursery.start_soon(self._keeper.run, host, pubsub, s.topic)
                     if relay_client is not None:
                         nursery.start_soon(keep_reachable, host, relay_client, self._reachability,
                                            s.dialback_protocol, self.peer_id, self._bound_port, self._dialled_by_id)
                     else:
-                        nursery.start_soon(_free_departed_slots, host, relay)
+                        nursery.start_soon(free_departed_slots, host, relay)
                     await self._trio.until_stopped()
                     nursery.cancel_scope.cancel()
         finally:
@@ -425,28 +359,6 @@ class SwarmHost:
                 from libp2p.discovery.events.peerDiscovery import peerDiscovery
 
                 peerDiscovery.unregister_peer_discovered_handler(self._dialer.discovered)
-
-    def _useful(self, peer: str) -> bool:
-        """A connection made for a fetch is kept past its idle grace only to a peer worth it
-        otherwise: one we dial (bootstrap, static, remembered) or one with a proven record. Not
-        for being in our gossip mesh: a fetch's connection joins it by itself, so that would keep
-        every connection fetches ever made (the keeper and the dialer choose our gossip peers)."""
-        return self._dialer.is_target(peer) or self._keeps_peer(peer)
-
-    def _relayed_only(self, peer: str) -> bool:
-        """Connected only through a helper's relay: made for fetches, which close it once idle
-        (bundle_protocol.close_idle); it never joins gossip, so the keeper must not call it silent."""
-        host = getattr(self, "_host", None)
-        return host is not None and relayed_only(host, ID.from_base58(peer))
-
-    def _holds_slot(self, peer: str) -> bool:
-        """A helper keeps a node holding a relay slot, while it takes part in the swarm's gossip
-        (a slot alone protects nothing: identities are free)."""
-        relay = self._relay
-        if relay is None or not relay.holds_slot(peer):
-            return False
-        topics = getattr(getattr(self, "_pubsub", None), "peer_topics", {})
-        return any(ID.from_base58(peer) in peers for peers in list(topics.values()))
 
     def _dialled_by_id(self) -> dict[str, str]:
         """Connected peers we dialled -> the address that worked (a helper's, for circuit addresses)."""
@@ -477,49 +389,6 @@ class SwarmHost:
         if verdict is Verdict.IGNORE:
             raise IgnoredMessage  # py-libp2p's validators say only yes or no: GuardedPubsub drops it unblamed
         return bool(verdict)
-
-    async def _publish_loop(self, recv) -> None:
-        async for data in recv:
-            # publish() drops silently once a peer's queue is full: wait while any is half full.
-            deadline = trio.current_time() + PUBLISH_WAIT_S
-            while trio.current_time() < deadline and any(
-                len(q) >= 16 for q in list(self._pubsub.peer_queues.values())
-            ):
-                await trio.sleep(0.05)
-            try:
-                await self._pubsub.publish(self.shards.publish_topics(self._pubsub), data)
-                self._last_published = (trio.current_time(), data)
-            except Exception as exc:  # noqa: BLE001 — no peers, closing: the next round publishes again
-                log.info("publish failed: %s", exc)
-            await trio.sleep(self.settings.publish_interval_s)
-
-    async def _republish_to_returning_targets(self) -> None:
-        """Once a second: a dial target that joined our topic since the last look (a helper back
-        after a restart, a bootstrap node) gets our latest announcement again, when it is young
-        (REPUBLISH_WITHIN_S). Peers that had it ignore the copy (a duplicate, not blamed)."""
-        listening: set[str] = set()
-        while True:
-            await trio.sleep(1.0)
-            now = {p.to_base58() for name, peers in list(self._pubsub.peer_topics.items())
-                   if name == self.settings.topic or name.startswith(self.settings.topic + "/") for p in peers}
-            now = {p for p in now if self._dialer.is_target(p)}
-            returned, listening = now - listening, now
-            last = self._last_published
-            if returned and last is not None and trio.current_time() - last[0] < REPUBLISH_WITHIN_S:
-                try:
-                    await self._pubsub.publish(self.shards.publish_topics(self._pubsub), last[1])
-                except Exception as exc:  # noqa: BLE001 — as a round's publish: the next round publishes again
-                    log.info("publish failed: %s", exc)
-
-
-async def _free_departed_slots(host, relay: CountingRelay) -> None:
-    """A helper frees the relay slots of nodes that left, every SLOT_SWEEP_S (py-libp2p keeps them
-    for their whole hour, so departed nodes would fill the helper)."""
-    while True:
-        await trio.sleep(SLOT_SWEEP_S)
-        freed = relay.drop_departed(set(host.get_connected_peers()))
-        if freed:
-            log.info("freed %d relay slot(s) of nodes that left", freed)
 
 
 def _tcp_port(addrs: list[str]) -> int:

@@ -40,6 +40,7 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 
 from .admission import Rank
+from .forwarding import ForwardBudget
 
 # Beyond a few heartbeats (1 s each) of clock and delivery skew between two sides' backoffs.
 GRAFT_BACKOFF_SLACK_S = 3
@@ -47,11 +48,22 @@ MAX_AGE_BUCKET = 12  # 2^12 s: past about an hour, age no longer orders peers
 
 
 class KeepingGossipSub(GossipSub):
-    def __init__(self, *args, keeps: Callable[[str], bool], rank: Rank, **kwargs) -> None:
+    def __init__(self, *args, keeps: Callable[[str], bool], rank: Rank, forwarding: ForwardBudget | None = None,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._keeps = keeps  # dial targets and proven peers: pruned last
         self._rank = rank  # (announced anything, delivered score): the rest by this
         self._since: dict[ID, float] = {}  # when each gossip peer appeared
+        self.forwarding = forwarding  # what forwarding others' messages may upload (forwarding.py); None: unbounded
+
+    async def publish(self, msg_forwarder: ID, pubsub_msg) -> None:
+        """Our own messages always go out; another peer's is forwarded within the budget (it has
+        been validated and delivered to this node either way)."""
+        if self.forwarding is not None and self.pubsub is not None and msg_forwarder != self.pubsub.my_id:
+            copies = sum(len(self.mesh.get(topic, ())) for topic in pubsub_msg.topicIDs)
+            if copies and not self.forwarding.take(len(pubsub_msg.data) * copies):
+                return
+        await super().publish(msg_forwarder, pubsub_msg)
 
     def add_peer(self, peer_id: ID, protocol_id) -> None:
         self._since.setdefault(peer_id, time.monotonic())

@@ -49,6 +49,7 @@ log = logging.getLogger("swarmling.swarm")
 HELPER_LIMITS = RelayLimits(duration=120, data=4 << 20, max_circuit_conns=8, max_reservations=256,
                             reservation_ttl=3600)
 NODE_LIMITS = RelayLimits(duration=120, data=4 << 20, max_circuit_conns=8, max_reservations=0)
+SLOT_SWEEP_S = 30.0  # how often a helper frees the slots of nodes that left
 SLOTS_PER_IP = 8  # volunteers behind one router share an address
 CIRCUITS_PER_SOURCE = 8  # circuits one peer may have open through a helper at once
 PEER_BYTES_PER_HOUR = 64 << 20  # relayed from one peer: ~130 fetches of a 512 KiB bundle, hundreds of typical ones
@@ -259,3 +260,23 @@ def relayed_only(host, peer: ID) -> bool:
         return bool(conns) and all(any(CIRCUIT in str(a) for a in c.get_transport_addresses()) for c in conns)
     except Exception:  # noqa: BLE001 — a connection closing under us: not known to be relayed
         return False
+
+
+async def free_departed_slots(host, relay: CountingRelay) -> None:
+    """A helper frees the relay slots of nodes that left, every SLOT_SWEEP_S (py-libp2p keeps them
+    for their whole hour, so departed nodes would fill the helper)."""
+    while True:
+        await trio.sleep(SLOT_SWEEP_S)
+        freed = relay.drop_departed(set(host.get_connected_peers()))
+        if freed:
+            log.info("freed %d relay slot(s) of nodes that left", freed)
+
+
+def relay_figures(relay: CountingRelay | None, dialback) -> dict:
+    """A helper's relay: slots held, circuits open, bytes copied, dial-backs answered."""
+    return {
+        "reservations": relay.reservations() if relay else 0,
+        "circuits": relay.circuits() if relay else 0,
+        "relayed_bytes": relay.relayed_bytes if relay else 0,
+        "dialbacks": dialback.answered if dialback else 0,
+    }

@@ -1,0 +1,44 @@
+"""Forwarding others' announcements stays within an upload budget (app/swarm/host/forwarding.py)."""
+
+from __future__ import annotations
+
+import pytest
+from swarm_peers import forwarding_flood
+
+from swarmling.app.swarm.host.forwarding import BURST_S, ForwardBudget
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_budget_lets_a_burst_through_then_its_rate_and_counts_what_it_withholds():
+    clock = Clock()
+    budget = ForwardBudget(kib_s=1.0, clock=clock)  # 1 KiB/s, a burst of BURST_S KiB
+    burst = int(BURST_S * 1024)
+    assert budget.take(burst) and not budget.take(1)
+    assert budget.withheld == 1 and budget.forwarded_bytes == burst
+    clock.now = 2.0
+    assert budget.take(2048) and not budget.take(1)  # two seconds later: two seconds' worth
+    budget.kib_s = 0.5  # a live change (resources.bandwidth_kib_s) takes effect at once
+    clock.now = 4.0
+    assert budget.take(1024) and not budget.take(1)
+
+
+@pytest.mark.slow
+def test_a_flood_through_a_node_costs_it_what_its_budget_allows(tmp_path):
+    """12 identities in the node's mesh publish 240 announcements as fast as they can. Without the
+    budget the node passes on every one its board accepts to each of its mesh peers; with 8 KiB/s
+    it uploads its burst and its rate, plus the gossip protocol's own traffic."""
+    kib_s = 8.0
+    free = forwarding_flood(tmp_path / "free", identities=12, each=20, forward_kib_s=1e9)
+    held = forwarding_flood(tmp_path / "held", identities=12, each=20, forward_kib_s=kib_s)
+    assert free["withheld"] == 0 and held["withheld"] > 0
+    assert held["forwarded_kib"] <= kib_s * (BURST_S + held["seconds"]) + 1
+    assert free["upload_kib"] > 3 * held["upload_kib"], (free, held)
+    # What it does not pass on, the node still reads and uses: every origin's burst (board.py: 5 at once)
+    assert held["accepted"] >= 12 * 5, held
