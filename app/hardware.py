@@ -60,6 +60,11 @@ def _cuda_devices() -> tuple[tuple[str, ...], tuple[int, ...]]:
     return (), ()
 
 
+def physical_cores() -> int:
+    """Cores without their hyperthreads (matrix work gains little from those); cheap, no GPU probe."""
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
 def detect() -> Hardware:
     cpu, flags = cpu_info()
     mem = psutil.virtual_memory()
@@ -69,7 +74,7 @@ def detect() -> Hardware:
         system=f"{platform.system()} {platform.release()}",
         machine=platform.machine(),
         cpu=cpu,
-        physical_cores=psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+        physical_cores=physical_cores(),
         logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
         memory_total=mem.total,
         memory_available=mem.available,

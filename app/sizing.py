@@ -146,14 +146,14 @@ def plan(config: Config, hw: Hardware, preset: Preset, model_scale: float = 1.0)
     return Sizing(choice, build, round_shape(config, preset, build, model_scale))
 
 
-def node_threads(config: Config, hw: Hardware) -> int:
+def node_threads(config: Config, physical_cores: int) -> int:
     """The threads a node computes on: all physical cores but one by default, so that the machine's
     owner keeps a core for their own work (hyperthreads add little to matrix work)."""
-    return config.backend.threads or max(1, hw.physical_cores - 1)
+    return config.backend.threads or max(1, physical_cores - 1)
 
 
 def build_settings(config: Config, hw: Hardware, kind: str, model_scale: float = 1.0) -> BuildSettings:
-    threads = node_threads(config, hw)
+    threads = node_threads(config, hw.physical_cores)
     ceiling = config.resources.max_memory_gb
     limit = None
     if kind == "cuda":

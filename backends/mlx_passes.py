@@ -1,6 +1,7 @@
 """The MLX trainer's forward passes: per-token log-probabilities (or surprise) of a batch's
-completions, each group's prompt run once and its completions attending to it (`shared_prefix.py`:
-`SharedPrefixCache`), right-padded, which causal attention needs no mask for."""
+completions, each group's prompt run once and its completions attending to it (`shared_prefix.py`
+lays the rows out; `SharedPrefixCache`, below, serves the prompt's keys and values), right-padded,
+which causal attention needs no mask for."""
 
 from __future__ import annotations
 

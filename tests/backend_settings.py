@@ -1,4 +1,4 @@
-"""Backend settings for tests from the node's configuration defaults (`app/config.py` is their
+"""Backend settings for tests from the node's configuration defaults (`app/config/schema.py` is their
 one source): what a node with an untouched config trains with."""
 
 from __future__ import annotations

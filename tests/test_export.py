@@ -107,7 +107,7 @@ def test_the_modelfile_template_gives_the_nodes_prompt_tokens(trained, gguf_expo
 @pytest.fixture
 def llama_cpp_python(monkeypatch):
     """llama-cpp-python's own Llama class, under the rule every llama.cpp load here follows: no
-    extra buffer types on a CPU with AMX (backends/llama_cpp_generator.py)."""
+    extra buffer types on a CPU with AMX (backends/llama_cpp_engine.py)."""
     import llama_cpp
     from llama_cpp import llama_cpp as low_level
 

@@ -16,6 +16,14 @@ class Clock:
         return self.now
 
 
+def test_a_message_costing_more_than_the_whole_burst_goes_when_the_bucket_is_full():
+    clock = Clock()
+    budget = ForwardBudget(kib_s=1.0, clock=clock)  # a low cap: forwarding slows down, never stops
+    assert budget.take(10 * int(BURST_S * 1024)) and not budget.take(1)
+    clock.now = BURST_S
+    assert budget.take(10 * int(BURST_S * 1024))
+
+
 def test_the_budget_lets_a_burst_through_then_its_rate_and_counts_what_it_withholds():
     clock = Clock()
     budget = ForwardBudget(kib_s=1.0, clock=clock)  # 1 KiB/s, a burst of BURST_S KiB
@@ -38,7 +46,6 @@ def test_a_flood_through_a_node_costs_it_what_its_budget_allows(tmp_path):
     free = forwarding_flood(tmp_path / "free", identities=12, each=20, forward_kib_s=1e9)
     held = forwarding_flood(tmp_path / "held", identities=12, each=20, forward_kib_s=kib_s)
     assert free["withheld"] == 0 and held["withheld"] > 0
-    assert held["forwarded_kib"] <= kib_s * (BURST_S + held["seconds"]) + 1
     assert free["upload_kib"] > 3 * held["upload_kib"], (free, held)
     # What it does not pass on, the node still reads and uses: every origin's burst (board.py: 5 at once)
     assert held["accepted"] >= 12 * 5, held

@@ -3,7 +3,7 @@
 An attack run emptied two honest nodes' meshes for minutes while they stayed connected. Causes
 found: py-libp2p's adaptive gossip had slowed every node's heartbeat (mesh repair, backoff expiry,
 the scores' decay) from 1 s to 30-60 s once its health score read a small mesh as poor
-(swarm/host/host.py, where GossipSub is built); and its pruning and backoffs, when identities
+(swarm/host/gossip_router.py, where GossipSub is built); and its pruning and backoffs, when identities
 crowd into the mesh, dropped the honest peer and kept the pair apart (swarm/host/mesh.py).
 Every wait here is bounded.
 """

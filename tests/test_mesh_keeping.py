@@ -92,12 +92,18 @@ def test_another_peers_message_is_forwarded_within_the_budget_and_our_own_always
         sent.append(msg_forwarder)
 
     monkeypatch.setattr(GossipSub, "publish", sends)
-    me, other, *mesh = [peer(tmp_path, f"f{i}") for i in range(6)]
-    r = router()
+    me, other, friend, *mesh = [peer(tmp_path, f"f{i}") for i in range(7)]
+    r = router(keeps={friend.to_base58()})
     r.forwarding = ForwardBudget(kib_s=1.0, clock=lambda: 0.0)  # a 4 KiB burst, no time passes
     r.pubsub = SimpleNamespace(my_id=me)
-    r.mesh[TOPIC] = set(mesh)  # 4 mesh peers: a 1,000-byte message costs 4,000 bytes to pass on
-    message = rpc_pb2.Message(data=b"x" * 1000, topicIDs=[TOPIC])
-    for forwarder in (other, other, me):
-        trio.run(r.publish, forwarder, message)
-    assert sent == [other, me] and r.forwarding.withheld == 1
+    r.mesh[TOPIC] = set(mesh)  # 4 mesh peers: a ~1,000-byte message costs ~4,000 bytes to pass on
+
+    def message(origin: ID, seqno: bytes) -> rpc_pb2.Message:
+        return rpc_pb2.Message(from_id=origin.to_bytes(), data=b"x" * 980, seqno=seqno, topicIDs=[TOPIC])
+
+    first, second, ours, kept = message(other, b"1"), message(other, b"2"), message(me, b"3"), message(friend, b"4")
+    for forwarder, msg in ((other, first), (other, second), (me, ours), (other, kept)):
+        trio.run(r.publish, forwarder, msg)
+    assert sent == [other, me, other] and r.forwarding.withheld == 1  # the second, over budget
+    # withheld from the push, still cached: IHAVE gossip advertises it and a neighbour may pull it
+    assert r.mcache.get(second.from_id + second.seqno) == second  # py-libp2p's message id: from_id + seqno

@@ -41,8 +41,10 @@ def test_an_author_hears_how_many_of_its_groups_a_peer_trained_on(tmp_path):
         assert wait_until(lambda: a.given.figures().trained_day == 3, timeout_s=10)
         stats = a.round_stats()
         assert (stats.trained_on_day, stats.trained_by_peers_day) == (3, 1)
-        b.record_intake({}, trained_on(a.peer_id, 2))  # within MIN_GAP_S of the last: not heard
-        assert not wait_until(lambda: a.given.figures().trained_day > 3, timeout_s=2)
+        assert wait_until(lambda: b.host.thanks.in_flight == 0, timeout_s=10)  # the first send is over
+        b.record_intake({}, trained_on(a.peer_id, 2))  # within MIN_GAP_S of the first: dropped by a
+        assert wait_until(lambda: a.host.thanks.dropped == 1, timeout_s=10)
+        assert a.given.figures().trained_day == 3 and b.host.thanks.attempted == 2 and b.host.thanks.refused == 0
     finally:
         b.stop()
         a.stop()
@@ -57,7 +59,8 @@ def test_a_node_of_an_earlier_release_refuses_the_protocol_and_nobody_is_blamed(
         assert wait_until(lambda: old.peer_id in b.host.connected_peers())
         on_network_thread(old, lambda: old._host.remove_stream_handler(old.settings.thanks_protocol))
         b.record_intake({}, trained_on(old.peer_id, 2))
-        assert wait_until(lambda: b.host.connected_peers() == [old.peer_id], timeout_s=5)
+        assert wait_until(lambda: b.host.thanks.refused == 1, timeout_s=10)  # sent, and refused at negotiation
+        assert b.host.connected_peers() == [old.peer_id]
         standing = b.reputation.standing(old.peer_id)
         assert standing is None or standing.refused == 0  # no blame, and the connection stays
         assert b.host.health().restarts == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import NodeError
-from ..hardware import detect
+from ..hardware import physical_cores
 from ..node.try_it import TryIt, format_answers
 from ..paths import Paths
 from ..sizing import node_threads
@@ -18,7 +18,7 @@ def ask_command(config: Config, paths: Paths, question: str, checkpoint: Path | 
     question = question.strip()
     if not question:
         raise NodeError("ask what? e.g. swarmling ask \"What is 17 + 25?\"")
-    tryit = TryIt.for_node(config, paths, node_threads(config, detect()))
+    tryit = TryIt.for_node(config, paths, node_threads(config, physical_cores()))  # no GPU probe: llama.cpp runs on the CPU
     try:
         try:
             tryit.load(paths.checkpoints, checkpoint, best)

@@ -33,7 +33,6 @@ from ..events import PeerView
 from ..learning.rollout import QuestionGroup
 from ..learning.round_record import SwarmRoundStats
 from .given import GivenLog
-from .host.forwarding import FORWARD_KIB_S
 from .host.bundle_protocol import FetchOutcome
 from .host.host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
 from .nat.reachability import Reachability
@@ -288,9 +287,10 @@ class SwarmNetwork:
 
     def cap_forwarding(self, kib_s: float | None) -> None:
         """Forward others' announcements within `kib_s` (resources.bandwidth_kib_s), or within the
-        default budget where that is lower or no cap is set (host/forwarding.py)."""
+        host's budget where that is lower or no cap is set (host/forwarding.py)."""
         if self.host.forwarding is not None:
-            self.host.forwarding.kib_s = min(FORWARD_KIB_S, kib_s) if kib_s else FORWARD_KIB_S
+            ceiling = self.host.settings.forward_kib_s
+            self.host.forwarding.kib_s = min(ceiling, kib_s) if kib_s else ceiling
 
     # ---- network-thread callbacks --------------------------------------------------------------
     def _serve(self, wanted: str) -> bytes | None:

@@ -64,7 +64,7 @@ def experiment_command(options: ExperimentOptions, paths: Paths) -> int:
 
 def experiment_arguments(p) -> None:
     designs = ", ".join(f"{name} (default)" if name == DEFAULT_DESIGN else name for name in DESIGNS)
-    p.add_argument("--design", default=DEFAULT_DESIGN, help=f"one of {designs}; docs/sharing.md says what each asks")
+    p.add_argument("--design", default=DEFAULT_DESIGN, help=f"one of {designs}; docs/experiments.md says what each asks")
     p.add_argument("--nodes", type=positive, help="nodes per configuration (default: the design's)")
     p.add_argument("--rounds", type=positive, help="rounds per node (default: the design's)")
     p.add_argument("--seeds", type=positive, help="seeds, i.e. pairs (default: the design's)")

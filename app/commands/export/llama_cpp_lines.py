@@ -13,7 +13,7 @@ EXAMPLE_QUESTION = "What is 17 + 25?"
 
 def no_repack_flag() -> list[str]:
     """llama.cpp's extra weight layouts (repacking) include AMX tiles that crash this project's
-    llama.cpp build at the first decode (backends/llama_cpp_generator.py); `--no-repack` turns
+    llama.cpp build at the first decode (backends/llama_cpp_engine.py); `--no-repack` turns
     them off. Written where the exporting CPU has AMX; elsewhere it only costs speed."""
     return ["--no-repack"] if has_amx() else []
 

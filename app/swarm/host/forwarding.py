@@ -6,8 +6,10 @@ GossipSub forwards every announcement the topic validator accepts to each peer i
 (verification/board.py: 1 a second, bursts of 5), but 30 identities at that rate still make a node
 upload ~30 announcements a second times its mesh. All forwarding together is held to
 FORWARD_KIB_S (less where `resources.bandwidth_kib_s` is lower): what is over it is still read,
-checked and used by this node, and not passed on. The node's own announcements never count
-against it. A helper (`swarmling relay`) is the swarm's hub and forwards without this budget.
+checked and used by this node, and not pushed on (it stays in the message cache, so neighbours
+can still pull it through IHAVE gossip). The node's own announcements, and those of origins it
+keeps (dial targets, proven peers), never count against it. A helper (`swarmling relay`) is the
+swarm's hub and forwards without this budget.
 
 The figure: a full shard (32 announcers) of nodes on 60 s rounds makes a node forward about 0.5
 announcements a second, ~2 KiB each on the wire to 6 mesh peers: ~6 KiB/s at rest. The budget is
@@ -47,11 +49,15 @@ class ForwardBudget:
             self._tokens = min(self._tokens, self._rate * BURST_S)
 
     def take(self, copies_bytes: int) -> bool:
-        """Whether forwarding `copies_bytes` (a message's size times the peers it goes to) fits now."""
+        """Whether forwarding `copies_bytes` (a message's size times the peers it goes to) fits now.
+        A message costing more than the whole burst goes when the bucket is full (charged the burst):
+        under a low cap forwarding slows down, never stops."""
         with self._lock:
             now = self._clock()
-            self._tokens = min(self._rate * BURST_S, self._tokens + (now - self._stamp) * self._rate)
+            capacity = self._rate * BURST_S
+            self._tokens = min(capacity, self._tokens + (now - self._stamp) * self._rate)
             self._stamp = now
+            copies_bytes = min(copies_bytes, capacity)
             if copies_bytes > self._tokens:
                 self.withheld += 1
                 return False

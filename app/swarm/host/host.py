@@ -18,7 +18,7 @@ py-libp2p 0.8.1's sharp edges, and what this module does about each:
   security transport offered or accepted;
 - `connect()` deadlocks if Pubsub/GossipSub are built but not started: both run before any dial;
 - GossipSub's heartbeat defaults to 120 s: 1 s; its "adaptive gossip" then turns that into 30-60 s:
-  off (below, where it is built);
+  off (gossip_router.py, where it is built);
 - its mesh pruning and backoffs kept two honest peers apart while identities crowded in: mesh.py;
 - its spam protection also throttles our own publishes: off, per-origin limits live in the
   topic validator (`gossip_validator`), which runs before anything is relayed;
@@ -176,6 +176,7 @@ class SwarmHost:
                                         keep_at_most=HELPER_KEEPS if settings.helper else KEEP_AT_MOST)
         # One life of the libp2p host's parts (set by _run_host, replaced on a restart)
         self._host = self._pubsub = self._bundles = None
+        self.thanks: Thanks | None = None  # telling authors we trained on their groups (thanks.py)
         self._publish_send: trio.MemorySendChannel | None = None
         self._thanks_send: trio.MemorySendChannel | None = None
         self._fetch_send: trio.MemorySendChannel | None = None
@@ -324,8 +325,8 @@ class SwarmHost:
         try:
             async with host.run(listen_addrs=[listen]), trio.open_nursery() as nursery:
                 host.set_stream_handler(s.fetch_protocol, self._serve_stream)
-                thanks = Thanks(host, s.thanks_protocol, self._on_thanked)
-                host.set_stream_handler(s.thanks_protocol, thanks.serve)
+                self.thanks = Thanks(host, s.thanks_protocol, self._on_thanked)
+                host.set_stream_handler(s.thanks_protocol, self.thanks.serve)
                 if s.helper:
                     self._dialback = DialBackServer(host, answered=self._dialback.answered if self._dialback else 0)
                     host.set_stream_handler(s.dialback_protocol, self._dialback.serve)
@@ -343,7 +344,7 @@ class SwarmHost:
                     nursery.start_soon(self._publisher.publish_each, pubsub, publish_recv, s.publish_interval_s)
                     nursery.start_soon(self._publisher.republish_to_returning_targets, pubsub)
                     nursery.start_soon(self._bundles.fetch_each, fetch_recv)
-                    nursery.start_soon(thanks.send_each, thanks_recv, nursery)
+                    nursery.start_soon(self.thanks.send_each, thanks_recv, nursery)
                     nursery.start_soon(self._dialer.run, host)
                     nursery.start_soon(self._keeper.run, host, pubsub, s.topic)
                     if relay_client is not None:

@@ -57,12 +57,19 @@ class KeepingGossipSub(GossipSub):
         self.forwarding = forwarding  # what forwarding others' messages may upload (forwarding.py); None: unbounded
 
     async def publish(self, msg_forwarder: ID, pubsub_msg) -> None:
-        """Our own messages always go out; another peer's is forwarded within the budget (it has
-        been validated and delivered to this node either way)."""
+        """Our own messages, and those of origins this node keeps (dial targets, proven peers), always
+        go out; any other peer's is pushed to the mesh within the budget (it has been validated and
+        delivered to this node either way). One over budget is still cached, so the heartbeat's
+        IHAVE gossip advertises it and a neighbour that wants it pulls it: a flood slows what it
+        crowds out to the gossip's pace instead of stopping it at this hop."""
         if self.forwarding is not None and self.pubsub is not None and msg_forwarder != self.pubsub.my_id:
-            copies = sum(len(self.mesh.get(topic, ())) for topic in pubsub_msg.topicIDs)
-            if copies and not self.forwarding.take(len(pubsub_msg.data) * copies):
-                return
+            origin = ID(pubsub_msg.from_id)
+            if not self._keeps(origin.to_base58()):
+                skip = {msg_forwarder, origin}
+                copies = sum(len(set(self.mesh.get(topic, ())) - skip) for topic in pubsub_msg.topicIDs)
+                if copies and not self.forwarding.take(pubsub_msg.ByteSize() * copies):
+                    self.mcache.put(pubsub_msg)
+                    return
         await super().publish(msg_forwarder, pubsub_msg)
 
     def add_peer(self, peer_id: ID, protocol_id) -> None:

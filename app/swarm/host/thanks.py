@@ -43,7 +43,12 @@ class Thanks:
         self._host, self._protocol, self._on_thanked = host, protocol, on_thanked
         self._last_heard: dict[str, float] = {}
         self._sending: set[str] = set()
-        self.heard = self.dropped = 0
+        self.heard = self.dropped = 0  # messages received: counted, or not (over the rate, malformed)
+        self.attempted = self.refused = 0  # messages we sent: tried, and refused or failed
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._sending)
 
     async def serve(self, stream) -> None:
         """The handler: one count from a peer, or nothing."""
@@ -74,20 +79,25 @@ class Thanks:
         """Tell `peer` we trained on `count` of its groups, if it is still connected."""
         if peer in self._sending or not 1 <= count:
             return
-        pid = ID.from_base58(peer)
-        if pid not in self._host.get_connected_peers():
-            return
         self._sending.add(peer)
+        self.attempted += 1
         try:
+            pid = ID.from_base58(peer)
+            if pid not in self._host.get_connected_peers():
+                return  # never dialled for a courtesy (a disconnect racing this may still redial once)
             with trio.move_on_after(SEND_TIMEOUT_S):
                 stream = await self._host.new_stream(pid, [self._protocol])
                 try:
                     await stream.write(f"{min(count, MAX_GROUPS)}\n".encode("ascii"))
                     await stream.close()
-                    await stream.read(1)  # until the peer, having read the line, hangs up
+                    try:
+                        await stream.read(1)  # until the peer, having read the line, hangs up
+                    except Exception:  # noqa: BLE001 — it hangs up with a reset: the line got there
+                        pass
                 finally:
                     await reset_quietly(stream)
         except Exception as exc:  # noqa: BLE001 — an earlier release refuses the protocol: fine
+            self.refused += 1
             log.debug("thanks to %s: %s", peer[:16], exc)
         finally:
             self._sending.discard(peer)
