@@ -100,7 +100,8 @@ class TrainStats:
     reference_seconds: float = 0.0  # spent on the anchor's reference forward
     # Mean weight of peers' replies with a negative advantage (None: none in the batch).
     external_negative_weight: float | None = None
-    extra: dict[str, float] = field(default_factory=dict)
+    computed_tokens: int = 0  # positions the step's passes ran on, padding included (bench's efficiency)
+    ratio_max_deviation: float = 0.0  # the largest |pi / pi_old - 1| over the step's tokens (0 with one update a round)
 
 
 @dataclass(frozen=True)

@@ -287,7 +287,7 @@ class MlxBackend(Backend):
             sampler_logprob_gap=gap.mean, sampler_ratio_outside=gap.outside_share,
             kl=stats["kl"] / own_count if anchored and own_count else None, learning_rate=lr, reference_seconds=stats["reference_s"],
             external_negative_weight=sum(weighed_negatives) / len(weighed_negatives) if weighed_negatives else None,
-            extra={"computed_tokens": computed},
+            computed_tokens=computed,
         )
 
     def _reference_logprobs(self, samples: Sequence[TrainSample], rows: Sequence[Row]) -> mx.array:

@@ -372,7 +372,8 @@ class TorchLoraTrainer:
             learning_rate=lr,
             reference_seconds=reference_s,
             external_negative_weight=sum(negatives) / len(negatives) if negatives else None,
-            extra={"ratio_max_deviation": ratio_dev, "computed_tokens": computed},
+            computed_tokens=computed,
+            ratio_max_deviation=ratio_dev,
         )
 
     # ---- persistence (torch_adapter_files.py) ------------------------------------------------

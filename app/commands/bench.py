@@ -234,7 +234,7 @@ def _compare_training(backend: Backend, samples: list[TrainSample], which: str, 
     print(f"\ntraining, same {len(samples)} samples, {which} ({runs['node'][1].tokens} completion tokens, {unique} unique tokens)")
     for name, label in (("node", "shared prefixes"), ("unshared", "each completion alone")):
         seconds, stats, peak_bytes = runs[name]
-        computed = int(stats.extra.get("computed_tokens", 0))
+        computed = stats.computed_tokens
         print(f"  {label:<22} {seconds:7.2f} s  {stats.tokens / seconds:7.1f} completion tok/s  "
               f"{computed} tokens computed ({computed / unique:.2f}x unique){peak.label(peak_bytes)}")
     print(f"  shared is {runs['unshared'][0] / runs['node'][0]:.2f}x faster (target >= 3)")
