@@ -13,6 +13,8 @@ alive at a time, as activation checkpointing would).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 # Logits a chunk may keep for its backward pass. A CPU microbatch's completion positions (~200 at
@@ -88,3 +90,11 @@ def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Te
                            softcap, keep)
         for start in range(0, hidden.shape[0], chunk)
     ])
+
+
+def per_sample_lists(per_sample: Sequence[torch.Tensor]) -> list[list[float]]:
+    """Per-sample tensors as lists, with one copy to the CPU."""
+    if not per_sample:
+        return []
+    flat = torch.cat(list(per_sample)).cpu()
+    return [part.tolist() for part in flat.split([len(t) for t in per_sample])]

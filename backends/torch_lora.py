@@ -31,7 +31,7 @@ from .torch_adapter_files import (
     trained_state,
 )
 from .torch_compile import CompiledLayers
-from .torch_head import logits_at, token_logprobs
+from .torch_head import logits_at, per_sample_lists, token_logprobs
 from .torch_precision import BasePrecision
 from .torch_grpo import grpo_token_objective, k2_anchor, k3_kl, old_logprobs, token_weights
 
@@ -260,11 +260,11 @@ class TorchLoraTrainer:
 
     def token_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """log pi(completion token | prefix) under the current policy, at the sampling temperature."""
-        return _as_lists(self._per_token(samples))
+        return per_sample_lists(self._per_token(samples))
 
     def token_surprise(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """-log pi(token | prefix) - H(pi(. | prefix)) per completion token (Trainer.token_surprise)."""
-        return _as_lists(self._per_token(samples, self._chunk_surprise))
+        return per_sample_lists(self._per_token(samples, self._chunk_surprise))
 
     def _per_token(self, samples: Sequence[TrainSample], per_chunk=None) -> list[torch.Tensor]:
         """Each sample's figure per completion token (log pi without `per_chunk`), fp32."""
@@ -372,8 +372,7 @@ class TorchLoraTrainer:
             learning_rate=lr,
             reference_seconds=reference_s,
             external_negative_weight=sum(negatives) / len(negatives) if negatives else None,
-            computed_tokens=computed,
-            ratio_max_deviation=ratio_dev,
+            computed_tokens=computed, ratio_max_deviation=ratio_dev,
         )
 
     # ---- persistence (torch_adapter_files.py) ------------------------------------------------
@@ -391,11 +390,3 @@ class TorchLoraTrainer:
 
     def load_optimizer(self, directory: Path) -> None:
         self.steps = load_optimizer_state(self.optimizer, self.device, directory)
-
-
-def _as_lists(per_sample: Sequence[torch.Tensor]) -> list[list[float]]:
-    """Per-sample tensors as lists, with one copy to the CPU."""
-    if not per_sample:
-        return []
-    flat = torch.cat(list(per_sample)).cpu()
-    return [part.tolist() for part in flat.split([len(t) for t in per_sample])]

@@ -122,3 +122,25 @@ def backend(gguf_path, tmp_path):
     b = make_backend(gguf_path, tmp_path / "runtime")
     yield b
     b.close()
+
+
+def _module_imports(path: Path) -> set[str]:
+    """The modules a source file of the project imports, as absolute dotted names (relative imports
+    resolved from where the file sits: the repository's root is the `swarmling` package)."""
+    import ast
+
+    package = ["swarmling", *path.resolve().relative_to(Path(__file__).resolve().parents[1]).parent.parts]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            found |= {".".join([*base, node.module])} if node.module else {".".join([*base, a.name]) for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+@pytest.fixture(scope="session")
+def module_imports():
+    """`(path) -> set[str]`: what a source file imports (the layer tests read it)."""
+    return _module_imports

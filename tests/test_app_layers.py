@@ -17,7 +17,6 @@ A module of app/ that is in no layer fails the test: a new one is placed here, w
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
@@ -44,19 +43,9 @@ def unit_of(path: Path) -> str:
     return first.removesuffix(".py")
 
 
-def imported_units(path: Path) -> set[str]:
+def imported_units(path: Path, module_imports) -> set[str]:
     """The units of app/ this file imports, itself left out."""
-    package = ["swarmling", "app", *path.relative_to(APP).parent.parts]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            names = [".".join([*base, node.module])] if node.module else [".".join([*base, a.name]) for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        found |= {n.removeprefix("swarmling.app.").split(".")[0] for n in names if n.startswith("swarmling.app.")}
+    found = {n.removeprefix("swarmling.app.").split(".")[0] for n in module_imports(path) if n.startswith("swarmling.app.")}
     return found - {unit_of(path)}
 
 
@@ -71,7 +60,7 @@ def test_every_unit_of_app_has_a_layer():
     assert RANK.keys() - units == set(), "a layer names a unit app/ no longer has"
 
 
-def test_app_imports_only_downward():
-    upward = [(str(p.relative_to(APP)), unit) for p in app_files() for unit in imported_units(p)
+def test_app_imports_only_downward(module_imports):
+    upward = [(str(p.relative_to(APP)), unit) for p in app_files() for unit in imported_units(p, module_imports)
               if RANK[unit] <= RANK[unit_of(p)]]
     assert upward == []

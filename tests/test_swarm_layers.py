@@ -10,7 +10,6 @@ py-libp2p (a node checks peers' groups the same way with or without a network).
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -21,26 +20,11 @@ SWARM = Path(__file__).resolve().parents[1] / "app" / "swarm"
 BELOW = {"verification": set(), "p2p": set(), "nat": {"p2p"}, "host": {"nat", "p2p", "verification"}}
 
 
-def swarm_imports(path: Path, package: str) -> set[str]:
-    """The swarm/ modules `path` (in swarmling.app.swarm.<package>) imports, as dotted names below swarm/."""
-    here = ["swarmling", "app", "swarm", *([package] if package else [])]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            base = here[: len(here) - node.level + 1] if node.level else []
-            names = [".".join([*base, node.module])] if node.module else [".".join([*base, a.name]) for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        found |= {n.removeprefix("swarmling.app.swarm.") for n in names if n.startswith("swarmling.app.swarm.")}
-    return found
-
-
 @pytest.mark.parametrize("package", sorted(BELOW))
-def test_a_layer_imports_only_the_layers_below_it(package):
+def test_a_layer_imports_only_the_layers_below_it(package, module_imports):
     for path in sorted((SWARM / package).glob("*.py")):
-        used = {name.split(".")[0] for name in swarm_imports(path, package)}
+        used = {n.removeprefix("swarmling.app.swarm.").split(".")[0] for n in module_imports(path)
+                if n.startswith("swarmling.app.swarm.")}
         assert used <= BELOW[package] | {package}, (path.name, used - BELOW[package] - {package})
 
 

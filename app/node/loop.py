@@ -44,8 +44,7 @@ from ..metrics import append_record, reconcile
 from ..models import ResolvedModel, resolve_model
 from ..paths import Paths
 from ..sizing import ResourceError, Sizing, memory_note, plan
-from ..swarm.facade import OfflineSwarm, SwarmOpener, inbound_budget, open_swarm
-from ..swarm.verification.intake import IntakeContext
+from ..swarm.facade import OfflineSwarm, SwarmOpener, open_swarm
 from .backend_slot import BackendBuilder, BackendSlot, backend_spec, loading_note, model_scale
 from .best import Best, BestKeeper
 from .checkpoint import round_folder
@@ -56,7 +55,7 @@ from .lifecycle import Intent, Lifecycle
 from .progress import ProgressReporter
 from .reconfigure import check_runnable, live_shape, restart_keys
 from .resume import find_start, restore, write_checkpoint
-from .round_settings import round_settings
+from .round_settings import intake_context, round_settings
 from .state_lock import StateDirLock
 from .steering import NodeControls
 from .status import StatusBoard
@@ -218,8 +217,7 @@ class Node(NodeControls):
         window = clock_window(time.time()) if self.config.round.common_window == "clock" else None
         draws = RoundDraws(self.seed, round_no, window)
         # Which bundles to fetch depends on what the network delivered: a stream of its own.
-        self.swarm.start_round(draws.stream("fetches"), inbound_budget(self.config, last.wall_seconds if last else None),
-                               self.config.resources.bandwidth_kib_s)
+        self.swarm.start_round(draws.stream("fetches"), self.config, last.wall_seconds if last else None)
         phase = functools.partial(self._on_phase, round_no)
         # 1. tasks, 2. generate, 3. score
         scored = own_groups(backend, self.preset, self.curriculum, settings, draws, watch, stop, phase, progress)
@@ -232,7 +230,8 @@ class Node(NodeControls):
             watch.lap("share")
         # 5. peers' groups, verified now (bundles fetched while we generated are in), and the training set
         phase("sample")
-        external = self.swarm.external_groups(self._intake_context(), self.config.round.external_groups > 0, round_no)
+        intake = intake_context(self.config, self.sizing.shape, backend, self.model.name, self.curriculum)
+        external = self.swarm.external_groups(intake, self.config.round.external_groups > 0, round_no)
         batch = select(round_no, scored, external, settings, draws, backend, self.preset, self.waiting,
                        self.awaiting_rescue)
         watch.lap("sample")
@@ -284,13 +283,6 @@ class Node(NodeControls):
     def _on_phase(self, round_no: int, phase: str) -> None:
         self.board.phase = phase
         self.emit(PhaseChanged(round_no, phase))
-
-    def _intake_context(self) -> IntakeContext:
-        return IntakeContext.for_sampler(
-            self.slot.backend, self.model.name, prompt=self.prompt_format,
-            format_bonus=self.curriculum.format_bonus(self.config.reward.format_bonus),
-            max_new_tokens=self.sizing.shape.max_new_tokens, group_size=self.sizing.shape.completions,
-        )
 
     def close(self) -> None:
         self._guest.stop()

@@ -4,8 +4,11 @@ its hardware chose: the one place a config key becomes a round's behaviour."""
 from __future__ import annotations
 
 from ..config import Config
+from ..learning.curriculum import Curriculum
+from ..learning.prompt import PromptFormat
 from ..learning.round import RoundSettings
 from ..sizing import RoundShape
+from ..swarm.verification.intake import IntakeContext
 
 
 def round_settings(config: Config, shape: RoundShape, temperature: float, model: str) -> RoundSettings:
@@ -28,4 +31,14 @@ def round_settings(config: Config, shape: RoundShape, temperature: float, model:
         rescue=config.round.rescue,
         swarm=config.swarm.name,
         model=model,
+    )
+
+
+def intake_context(config: Config, shape: RoundShape, sampler, model: str, curriculum: Curriculum) -> IntakeContext:
+    """What peers' groups are checked against this round: our prompt, tokenizer, length limit and
+    the format bonus at the curriculum's stage."""
+    return IntakeContext.for_sampler(
+        sampler, model, prompt=PromptFormat(config.reward.prefill_answer),
+        format_bonus=curriculum.format_bonus(config.reward.format_bonus),
+        max_new_tokens=shape.max_new_tokens, group_size=shape.completions,
     )

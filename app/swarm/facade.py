@@ -52,9 +52,9 @@ class OfflineSwarm:
         return []
 
     # ---- per round -----------------------------------------------------------------------------
-    def start_round(self, rng: np.random.Generator, budget_bytes: int | None, upload_kib_s: float | None = None) -> None:
-        """`budget_bytes`: what this round may fetch; `upload_kib_s`: resources.bandwidth_kib_s,
-        which caps forwarding others' announcements too (None: the default budget)."""
+    def start_round(self, rng: np.random.Generator, config: Config, last_round_seconds: float | None) -> None:
+        """A round begins: fetches start (within what `resources.bandwidth_kib_s` leaves over the
+        last round's length), and forwarding takes the cap too (both live settings)."""
         self._intakes = []  # a dropped round's refusals are not the next one's
 
     def sharer(self, round_no: int, prefill: str) -> ShareCallback | None:
@@ -110,10 +110,11 @@ class OnlineSwarm(OfflineSwarm):
     def listen_addrs(self) -> list[str]:
         return self.network.listen_addrs
 
-    def start_round(self, rng: np.random.Generator, budget_bytes: int | None, upload_kib_s: float | None = None) -> None:
-        super().start_round(rng, budget_bytes, upload_kib_s)
-        self.network.cap_forwarding(upload_kib_s)  # a live setting: the settings screen may change it
-        self.network.plan_fetches(rng, budget_bytes)  # fetches run on the network thread while we generate
+    def start_round(self, rng: np.random.Generator, config: Config, last_round_seconds: float | None) -> None:
+        super().start_round(rng, config, last_round_seconds)
+        self.network.cap_forwarding(config.resources.bandwidth_kib_s)
+        # fetches run on the network thread while we generate
+        self.network.plan_fetches(rng, inbound_budget(config, last_round_seconds))
 
     def sharer(self, round_no: int, prefill: str) -> ShareCallback:
         return lambda groups: self.network.share(groups, round_no, prefill)

@@ -177,9 +177,8 @@ class SwarmHost:
         # One life of the libp2p host's parts (set by _run_host, replaced on a restart)
         self._host = self._pubsub = self._bundles = None
         self.thanks: Thanks | None = None  # telling authors we trained on their groups (thanks.py)
-        self._publish_send: trio.MemorySendChannel | None = None
-        self._thanks_send: trio.MemorySendChannel | None = None
-        self._fetch_send: trio.MemorySendChannel | None = None
+        # The trio thread's queues (trio.MemorySendChannel), set once it runs: publish, fetch, thanks
+        self._publish_send = self._fetch_send = self._thanks_send = None
         self._health = HealthBoard()
         self.shards = ShardTopics(settings.topic, self.peer_id, self._gossip_validator)  # announcement topics (shards.py)
         self._reachability = ReachabilityBoard()
