@@ -210,6 +210,7 @@ class GenerationProfile:
     prefill_tokens: int = 0  # decoded, the shared prefix once
     decode_s: float = 0.0
     live_per_step: list[int] = field(default_factory=list)  # sequences decoded at each step
+    seconds_per_step: list[float] = field(default_factory=list)  # each step's decode, beside it
     total_s: float = 0.0
 
     @property

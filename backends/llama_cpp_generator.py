@@ -114,8 +114,10 @@ class LlamaCppGenerator(LlamaCppEngine):
                 ]
                 tick = time.perf_counter()
                 self._decode(batch, entries)
-                profile.decode_s += time.perf_counter() - tick
+                step_s = time.perf_counter() - tick
+                profile.decode_s += step_s
                 profile.live_per_step.append(len(live))
+                profile.seconds_per_step.append(step_s)
                 rows = self._logits(len(live))
         finally:
             lc.llama_batch_free(batch)

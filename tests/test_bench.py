@@ -154,3 +154,17 @@ def test_steady_state_leaves_out_the_first_round_and_every_round_that_compiled()
     assert cold_start_line(rows, {1, 2}, steady).split()[1] == f"{(69.7 - 4.05) + (11.8 - 4.05):.2f}"
     few, note = steady_rounds(rows[:3], compiled={1, 2})  # today's --rounds 3 on a cold cache
     assert [r.round for r in few] == [3] and "give --rounds 5 or more" in note
+
+
+def test_the_decode_step_cost_is_split_into_a_fixed_part_and_a_part_per_live_reply():
+    from swarmling.backends.base import GenerationProfile
+
+    live = [64, 40, 20, 8, 4, 2, 2]
+    profile = GenerationProfile(live_per_step=live, seconds_per_step=[(20 + 5 * n) / 1e3 for n in live])
+    fixed, per_reply, tail = bench.step_cost(profile)
+    assert fixed == pytest.approx(20) and per_reply == pytest.approx(5)
+    assert tail == pytest.approx((40 + 30 + 30) / 1e3)  # the steps with 4 or fewer live
+    assert "a step costs 20.0 ms + 5.00 ms a live reply" in bench.generation_profile(
+        GenerationProfile(prefill_s=0.1, prefill_tokens=10, decode_s=sum(profile.seconds_per_step), total_s=1.0,
+                          live_per_step=live, seconds_per_step=profile.seconds_per_step))
+    assert bench.step_cost(GenerationProfile(live_per_step=[3, 3], seconds_per_step=[0.1, 0.1])) is None

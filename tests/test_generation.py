@@ -33,6 +33,8 @@ def test_shapes_and_token_ids(generator):
     assert sum(profile.live_per_step) == res.generated_tokens - 6 and profile.live_per_step[0] <= 6
     assert profile.prefill_tokens < sum(len(p) for p in prompts) and profile.prefill_s > 0 and profile.decode_s > 0
     assert profile.total_s >= profile.prefill_s + profile.decode_s
+    assert len(profile.seconds_per_step) == len(profile.live_per_step)
+    assert abs(sum(profile.seconds_per_step) - profile.decode_s) < 1e-9
 
 
 def test_same_seed_same_samples(generator):

@@ -322,8 +322,24 @@ def generation_profile(p: GenerationProfile) -> str:
         half = steps[len(steps) // 2]
         lines.append(f"             live sequences per step: {steps[0]} at the first, {half} halfway, {steps[-1]} at the last "
                      f"(mean {tokens / len(steps):.1f}: the longest reply holds the batch open)")
+    cost = step_cost(p)
+    if cost is not None:
+        fixed_ms, per_reply_ms, tail_s = cost
+        lines.append(f"             a step costs {fixed_ms:.1f} ms + {per_reply_ms:.2f} ms a live reply (least squares over the steps); "
+                     f"steps with 4 or fewer live took {tail_s:.2f} s")
     lines.append(f"    Python   {p.python_s:6.2f} s  ({p.python_s / p.total_s:.0%}: sampling, logprobs, end checks, batches)")
     return "\n".join(lines)
+
+
+def step_cost(p: GenerationProfile) -> tuple[float, float, float] | None:
+    """(fixed ms, ms per live reply, seconds of the steps with 4 or fewer live) from the decode
+    steps' own times: does a step's cost follow the replies still being written, or the cache the
+    batch holds (a large fixed part)? None with fewer than 3 distinct live counts to fit."""
+    live, seconds = p.live_per_step, p.seconds_per_step
+    if len(set(live)) < 3 or len(seconds) != len(live):
+        return None
+    per_reply, fixed = statistics.linear_regression(live, [t * 1e3 for t in seconds])
+    return fixed, per_reply, sum(t for n, t in zip(live, seconds) if n <= 4)
 
 
 def bench_arguments(p) -> None:
