@@ -214,7 +214,7 @@ class MlxBackend(Backend):
             raise ValueError("train_step needs at least one completion token")
         grpo = self.settings.grpo
         own_count = own_tokens(samples)
-        on_reply, anchor_count = anchored_replies(samples)  # the anchor's replies (torch_grpo.py says which and why)
+        on_reply, anchor_count = anchored_replies(samples, self.steps)  # the anchor's replies (microbatches.py)
         anchored = grpo.kl_beta > 0
         stats = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "reference_s": 0.0}
         gap = SamplerGap()
@@ -235,7 +235,8 @@ class MlxBackend(Backend):
             if reference is not None:
                 counted = mx.array([on_reply[i] for row in rows for i in row.samples
                                     for _ in samples[i].completion_ids])
-                own = mx.array([not s.from_peer for s in batch for _ in s.completion_ids])
+                own = mx.array([not samples[i].from_peer and on_reply[i] for row in rows for i in row.samples
+                                for _ in samples[i].completion_ids])
                 kl = k3_kl(logp, reference, own)
                 # the mean over anchored tokens: the loss divides by all tokens, the others included
                 objective = objective - grpo.kl_beta * (total / anchor_count) * k2_anchor(logp, reference, counted)
@@ -285,7 +286,7 @@ class MlxBackend(Backend):
             loss=stats["loss"], tokens=total, samples=len(samples), seconds=time.perf_counter() - start,
             grad_norm=grad_norm, clip_fraction=stats["clipped"] / total, ratio_mean=stats["ratio"] / total,
             sampler_logprob_gap=gap.mean, sampler_ratio_outside=gap.outside_share,
-            kl=stats["kl"] / own_count if anchored and own_count else None, learning_rate=lr, reference_seconds=stats["reference_s"],
+            kl=stats["kl"] / anchor_count if anchored and own_count else None, learning_rate=lr, reference_seconds=stats["reference_s"],
             external_negative_weight=sum(weighed_negatives) / len(weighed_negatives) if weighed_negatives else None,
             computed_tokens=computed,
         )

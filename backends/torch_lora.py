@@ -311,7 +311,7 @@ class TorchLoraTrainer:
         computed = 0
         beta = self.grpo.kl_beta
         own_count = own_tokens(samples)
-        on_reply, anchor_count = anchored_replies(samples)
+        on_reply, anchor_count = anchored_replies(samples, self.steps)
         anchored = beta > 0
         if anchored:
             reference_s = time.perf_counter()
@@ -334,7 +334,7 @@ class TorchLoraTrainer:
                 counted = torch.tensor([on_reply[i] for i in mb.samples], device=self.device)[owner]
                 # the mean over anchored tokens: the loss divides by all tokens, the others included
                 objective = objective - beta * (total_tokens / anchor_count) * k2_anchor(logp, reference, counted)
-                own = torch.tensor([not sample.from_peer for sample in batch], device=self.device)[owner]
+                own = torch.tensor([not samples[i].from_peer and on_reply[i] for i in mb.samples], device=self.device)[owner]
                 kl_sum += float(k3_kl(logp, reference, own).sum())
             loss = -objective.sum() / total_tokens
             loss.backward()
@@ -368,7 +368,7 @@ class TorchLoraTrainer:
             ratio_mean=ratio_sum / total_tokens,
             sampler_logprob_gap=gap.mean,
             sampler_ratio_outside=gap.outside_share,
-            kl=kl_sum / own_count if anchored and own_count else None,
+            kl=kl_sum / anchor_count if anchored and own_count else None,  # own replies are the anchored ones
             learning_rate=lr,
             reference_seconds=reference_s,
             external_negative_weight=sum(negatives) / len(negatives) if negatives else None,

@@ -129,3 +129,45 @@ def test_k2_leaves_out_what_it_does_not_count_and_stays_bounded_on_unlikely_text
     logp.grad = None
     k2_anchor(logp, ref).sum().backward()
     assert bool(torch.isfinite(logp.grad).all()) and float(logp.grad[1]) == pytest.approx(-200.0)
+
+
+def _group(prompt: int, lengths, from_peer: bool = False):
+    from swarmling.backends.base import TrainSample
+
+    return [TrainSample([prompt, 7], [1] * n, 0.0, from_peer=from_peer) for n in lengths]
+
+
+def test_a_step_anchors_a_third_of_its_groups_and_in_expectation_the_whole_batch():
+    """Anchoring a random share of the groups keeps the anchor's expected value and gradient: each
+    group is drawn equally often, and the chosen tokens' sum is divided by the eligible tokens
+    times k/n, so the expectation over the draw is the mean over every eligible token."""
+    from swarmling.backends.microbatches import anchored_replies
+
+    lengths = [[3, 5], [1, 1, 2], [8], [2, 2], [4], [6, 1]]
+    samples = [s for g, ls in enumerate(lengths) for s in _group(g, ls)] + _group(9, [5, 5], from_peer=True)
+    per_token = {g: float(g + 1) for g in range(len(lengths))}  # any figure per token, a different one per group
+    eligible_tokens = sum(map(sum, lengths))
+    full_mean = sum(per_token[s.prompt_ids[0]] * len(s.completion_ids) for s in samples if not s.from_peer) / eligible_tokens
+    steps, estimates, counts = 6000, [], {g: 0 for g in per_token}
+    for step in range(steps):
+        mask, divisor = anchored_replies(samples, step)
+        chosen = {s.prompt_ids[0] for s, m in zip(samples, mask) if m}
+        assert len(chosen) == 2 and 9 not in chosen  # a third of six groups; never a peer's while own ones exist
+        assert all(m == (s.prompt_ids[0] in chosen) for s, m in zip(samples, mask))  # whole groups
+        assert divisor == pytest.approx(eligible_tokens * 2 / 6)
+        estimates.append(sum(per_token[s.prompt_ids[0]] * len(s.completion_ids) for s, m in zip(samples, mask) if m) / divisor)
+        for g in chosen:
+            counts[g] += 1
+    assert all(abs(c / steps - 1 / 3) < 0.03 for c in counts.values())
+    assert sum(estimates) / steps == pytest.approx(full_mean, rel=0.03)
+    assert anchored_replies(samples, 5) == anchored_replies(samples, 5)  # a resumed step draws the same
+
+
+def test_one_group_is_always_anchored_and_peers_replies_alone_are_anchored_on_them():
+    from swarmling.backends.microbatches import anchored_replies
+
+    one = _group(0, [2, 3])
+    assert anchored_replies(one, 3) == ([True, True], 5.0)
+    peers = _group(1, [4], from_peer=True) + _group(2, [2], from_peer=True)
+    mask, divisor = anchored_replies(peers, 0)
+    assert sum(mask) == 1 and divisor == pytest.approx(6 / 2)
