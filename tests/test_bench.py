@@ -97,6 +97,14 @@ def test_compiled_layers_are_compared_with_eager_and_every_other_pass_is_warmed_
     assert "bf16 base          1.50 s vs fp32 0.50 s: 0.33x" in out  # both compiled
 
 
+def test_no_bf16_pass_on_a_cpu_without_bf16_instructions_that_trains_fp32(capsys, clock, tmp_path):
+    backend = SwitchesFake(clock, compiled=True)
+    backend.save_state(tmp_path)
+    _compare_training(backend, samples(), "the test's", tmp_path, bf16_cpu=False)
+    assert not any(bf16 for _, bf16, _ in backend.passes)
+    assert "bf16 base       not timed: this CPU has no bf16 instructions" in capsys.readouterr().out
+
+
 def test_a_compiled_bf16_node_is_compared_with_eager_fp32_what_it_would_run_uncompiled(capsys, clock, tmp_path):
     backend = SwitchesFake(clock, compiled=True)
     backend.bf16_base = True

@@ -117,7 +117,8 @@ def _bench(node: Node, rounds: int) -> int:
         if largest is not None:
             _compare_training(node.backend, largest[1], f"round {largest[0]}'s", largest[2],
                               checkpointing_required=node.sizing.build.activation_checkpointing
-                              and node.config.train.activation_checkpointing is None)
+                              and node.config.train.activation_checkpointing is None,
+                              bf16_cpu=node.hardware.has_bf16_cpu)
         else:
             print("\n(no timed round had a learning signal: no training to compare)")
 
@@ -190,14 +191,16 @@ def unique_tokens(samples: Sequence[TrainSample]) -> int:
     return sum(len(p) for p in {tuple(s.prompt_ids) for s in samples}) + completion_tokens(samples)
 
 
-def training_passes(backend: Backend, checkpointing_required: bool = False) -> dict[str, TrainerSwitches]:
+def training_passes(backend: Backend, checkpointing_required: bool = False, bf16_cpu: bool = True) -> dict[str, TrainerSwitches]:
     """The switches of each timed pass: the node's own, without shared prefixes, and each switch
     the trainer offers flipped. Not checkpointing off where the memory limit required it: that
     pass could take more memory than the machine's owner allowed. bf16 is compared compiled
-    only, and the eager pass runs fp32: a node never trains eager bf16 (app/sizing.cpu_bf16_choice)."""
+    only, and the eager pass runs fp32: a node never trains eager bf16 (app/sizing.cpu_bf16_choice);
+    and not on a CPU without bf16 instructions that runs fp32 (torch emulates bf16 there: 14x
+    slower, three minutes of bench for a figure no node there would choose)."""
     node = backend.switches()
     passes = {"node": node, "unshared": replace(node, shared_prefix=False)}
-    if node.bf16_base is not None and node.compiled:
+    if node.bf16_base is not None and node.compiled and (bf16_cpu or node.bf16_base):
         passes["bf16_base"] = replace(node, bf16_base=not node.bf16_base)
     if node.compiled is not None:
         eager = replace(node, compiled=False, bf16_base=None if node.bf16_base is None else False)
@@ -208,11 +211,11 @@ def training_passes(backend: Backend, checkpointing_required: bool = False) -> d
 
 
 def _compare_training(backend: Backend, samples: list[TrainSample], which: str, start: Path,
-                      checkpointing_required: bool = False) -> None:
+                      checkpointing_required: bool = False, bf16_cpu: bool = True) -> None:
     """Each pass a step on `samples` from the state in `start` (the policy that sampled them, so
     that the sampler/trainer gap is the node's own). The backend is left in that state, with the
     node's switches (a bench's node is thrown away after). `samples` have a learning signal."""
-    passes = training_passes(backend, checkpointing_required)
+    passes = training_passes(backend, checkpointing_required, bf16_cpu)
     node_compiles = bool(passes["node"].compiled)
     peak = PeakMemory(on_gpu=backend.info().name == "cuda")
     runs = {}
@@ -249,6 +252,8 @@ def _compare_training(backend: Backend, samples: list[TrainSample], which: str, 
               f"(the node runs {'bf16' if node.bf16_base else 'fp32'}); sampler/trainer logprob gap "
               f"{bf16[1].sampler_logprob_gap:.4f} vs {fp32[1].sampler_logprob_gap:.4f} nats, tokens outside "
               f"[0.8, 1.2] {bf16[1].sampler_ratio_outside:.1%} vs {fp32[1].sampler_ratio_outside:.1%}")
+    elif node.bf16_base is not None and node.compiled:
+        print("  bf16 base       not timed: this CPU has no bf16 instructions (AVX-512 BF16 or AMX), so its nodes train fp32")
     if "compiled" in runs:
         eager, compiled = (runs["node"], runs["compiled"])[:: -1 if node.compiled else 1]
         eager_precision = "bf16" if (passes["compiled"] if node.compiled else node).bf16_base else "fp32"
