@@ -22,6 +22,7 @@ import psutil
 import torch
 
 from .bf16_check import check_bf16, check_samples
+from .compile_warmup import start_background_compile, write_replica
 from .base import (
     BackendInfo,
     ChatPrompt,
@@ -81,12 +82,15 @@ class CpuBackend(TorchTrainedBackend):
         )
         settings.runtime_dir.mkdir(parents=True, exist_ok=True)
         self.compile_refused = None  # why this start does not compile, though asked to
+        self._bf16_when_compiled = False  # a bf16 base waiting for the background compile (below)
         if settings.compiler:
             self.compile_refused = torch_compile.prepare(settings.compiler, settings.cache_dir, settings.runtime_dir,
                                                          settings.threads)
             self.trainer.compiling.on = self.compile_refused is None
         self.precision = self._choose_precision(settings)
         self.trainer.bf16_needs_compiling = self.trainer.bf16_base and not settings.bf16_forced
+        if self.trainer.compiling.on:
+            self._compile_in_background(folder)
         cfg = self.trainer.config
         self.shape = ModelShape(
             arch=self.generator.architecture,
@@ -94,6 +98,30 @@ class CpuBackend(TorchTrainedBackend):
             n_head=cfg.num_attention_heads,
             n_head_kv=getattr(cfg, "num_key_value_heads", cfg.num_attention_heads),
         )
+
+    def _compile_in_background(self, folder: Path) -> None:
+        """Eager fp32 steps until a replica's graphs are built (compile_warmup.py), then compiled,
+        in bf16 where that was chosen: no step waits for the compiler, none runs eager bf16."""
+        settings, trainer = self.settings, self.trainer
+        bf16 = self._bf16_when_compiled = trainer.bf16_base
+        trainer.compiling.on = False
+        trainer.bf16_base = False
+
+        def make_replica(into: Path) -> TorchLoraTrainer:
+            replica = TorchLoraTrainer(write_replica(folder, into), settings.lora, settings.optim, settings.grpo,
+                                       settings.temperature, device="cpu", seed=settings.seed)
+            replica.bf16_base, replica.activation_checkpointing = bf16, trainer.activation_checkpointing
+            return replica
+
+        def guard(run) -> None:
+            torch_compile.first_pass_guarded(settings.runtime_dir, settings.cache_dir, settings.compiler or "", True, run)
+
+        background = start_background_compile(make_replica, torch_compile.graphs_compiled, guard)
+
+        def when_built() -> None:
+            trainer.bf16_base = bf16
+
+        trainer.compiling.build_in_background(background, when_built)
 
     def _choose_precision(self, settings: CpuSettings) -> str:
         """A bf16 base where asked for and it agrees with fp32 (backends/bf16_check.py); what runs, and why."""
@@ -112,11 +140,16 @@ class CpuBackend(TorchTrainedBackend):
         return f"fp32: {check.describe()}, beyond the tolerance"
 
     def switches(self) -> TrainerSwitches:
-        compiled = self.trainer.compiling.on if self.settings.compiler and not self.trainer.compiling.failure \
+        compiling = self.trainer.compiling
+        compiled = (compiling.on or compiling.pending) if self.settings.compiler and not compiling.failure \
             and not self.compile_refused else None
-        return replace(super().switches(), bf16_base=self.trainer.bf16_base, compiled=compiled)
+        # While the graphs are built in the background the node runs fp32 eagerly, and will run
+        # compiled (in bf16 where chosen): its switches are those it will run with.
+        bf16 = self.trainer.bf16_base or (compiling.pending and self._bf16_when_compiled)
+        return replace(super().switches(), bf16_base=bf16, compiled=compiled)
 
     def set_switches(self, switches: TrainerSwitches) -> None:
+        self.trainer.compiling.adopt(wait=True)  # the background build's end must not undo a choice made now
         super().set_switches(switches)
         if switches.bf16_base is not None:
             self.trainer.bf16_base = switches.bf16_base
@@ -141,7 +174,13 @@ class CpuBackend(TorchTrainedBackend):
             return f"eager: torch.compile failed ({self.trainer.compiling.failure})"
         if self.compile_refused:
             return f"eager: {self.compile_refused}"
-        return self.settings.compile_reason or ("compiled" if self.trainer.compiling.on else "eager")
+        compiling = self.trainer.compiling
+        if compiling.pending:
+            return f"{self.settings.compile_reason}; graphs building in the background, eager fp32 until then"
+        if compiling.built_in_background:
+            seconds, graphs = compiling.built_in_background
+            return f"{self.settings.compile_reason}; {graphs} graphs built in the background in {seconds:.0f} s"
+        return self.settings.compile_reason or ("compiled" if compiling.on else "eager")
 
     def render(self, prompt: ChatPrompt) -> str:
         return render(prompt, self.chat_template)

@@ -43,8 +43,9 @@ class CompiledLayers:
     """Whether a model's decoder layers run through torch.compile (train.cpu_compile): inductor
     fuses the elementwise ops and casts between the matmuls into generated C++, which is most of a
     bf16 step once AMX makes the matmuls cheap (a default step 1.3-1.4x faster in bf16, ~1.2x in
-    fp32, on 2 cores). The graphs are built in the first passes (about a minute on 2 cores, ~20 s
-    once the on-disk cache holds them), shared by all 30 layers; shapes are dynamic, so a longer
+    fp32, on 2 cores). The graphs are built in the first compiled passes (about a minute on 2 cores,
+    ~20 s once the on-disk cache holds them), or beforehand in the background on a replica
+    (`build_in_background`, compile_warmup.py), shared by all 30 layers; shapes are dynamic, so a longer
     batch needs no new graph, but a first one-row batch or a first pass of another kind (without
     gradients, with the adapter off) builds its own. A compiled pass that fails in compiling
     before the first training step has succeeded compiled (no C++ compiler after all, an inductor
@@ -56,13 +57,51 @@ class CompiledLayers:
         self._on = False
         self.proven = False  # a compiled training step has completed: no fallback is tried after that
         self.failure = ""  # why compiling was given up, if it was
+        self._background = None  # a BackgroundCompile (compile_warmup.py) whose graphs these layers will use
+        self._when_built: Callable[[], None] = lambda: None
+        self.built_in_background = None  # its report once adopted: seconds, graphs
 
     @property
     def on(self) -> bool:
         return self._on
 
+    @property
+    def pending(self) -> bool:
+        """Graphs are being built in the background: compiling goes on once they are."""
+        return self._background is not None
+
+    @property
+    def built(self) -> bool:
+        """The background build is done: the next pass adopts it."""
+        return self._background is not None and self._background.done
+
+    def build_in_background(self, background, when_built: Callable[[], None]) -> None:
+        """Train eagerly until `background` has built the graphs, then compile (`adopt`), after
+        `when_built()` (a bf16 base chosen for the compiled trainer goes on with it)."""
+        self._background, self._when_built = background, when_built
+
+    def adopt(self, wait: bool = False) -> None:
+        """Between passes, on the trainer's thread: compiling on if the background build is done
+        (after waiting for it, with `wait`); off for good, and why, if it failed."""
+        background = self._background
+        if background is None or not (wait or background.done):
+            return
+        background.wait()
+        self._background = None
+        if background.failure:
+            self.failure = background.failure
+            log.warning("torch.compile failed in the background, training without it: %s", self.failure)
+            return
+        self.built_in_background = (background.seconds, background.graphs)
+        log.info("compiled graphs built in the background in %.0f s (%d graphs); training compiled from now on",
+                 background.seconds, background.graphs)
+        self._when_built()
+        self.on = True
+
     @on.setter
     def on(self, on: bool) -> None:
+        if self._background is not None:  # an explicit choice waits for the build it would race with
+            self.adopt(wait=True)
         if bool(on) == self._on:
             return
         if on:
@@ -81,6 +120,7 @@ class CompiledLayers:
         """`run(*args)`, and again eagerly (for good) if compiling fails in it before a compiled
         training step (`proves`) has succeeded: a compile fault costs the user speed, never a
         round. Errors of the computation itself are not compile faults: they propagate."""
+        self.adopt()
         if not self._on or self.proven:
             return run(*args)
         try:
