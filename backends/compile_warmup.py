@@ -61,14 +61,15 @@ def write_replica(model_dir: Path, into: Path) -> Path:
 
 
 def warm_up_batches() -> tuple[list[TrainSample], list[TrainSample]]:
-    """Synthetic groups shaped like a round's (a prompt of ~40 tokens, replies of 2-9): three groups,
+    """Synthetic groups shaped like a round's (a prompt of ~40 tokens, replies of 2-9): six groups
+    (so that the anchor's reference runs on two: one row and several rows are different graphs),
     and one alone."""
     def group(first: int, replies: int) -> list[TrainSample]:
         prompt = [(first + 7 * i) % REPLICA_VOCAB for i in range(36 + first % 9)]
         return [TrainSample(prompt, [(first + 3 * j + r) % REPLICA_VOCAB for j in range(2 + (r * 3) % 8)],
                             advantage=1.0 if r % 2 else -1.0) for r in range(replies)]
 
-    return group(11, 4) + group(23, 3) + group(37, 4), group(41, 3)
+    return [s for first in (11, 23, 37, 53, 67, 79) for s in group(first, 4)], group(41, 3)
 
 
 def exercise(trainer) -> None:
