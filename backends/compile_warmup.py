@@ -12,14 +12,18 @@ gradients. The replica's passes are the node's kinds: a training step on several
 anchor's reference without gradients and with the adapter off, on one group), one on a single
 group (one row, which torch specialises), and passes without gradients.
 
-Why at low priority: on 2 cores the compiler competes with the step it is meant to spare. The
-thread (and the C++ compiler it starts) runs at the lowest priority the OS gives a thread, one
-compile job at a time, so the eager steps keep most of the machine; compiling then takes longer
-(76 s at normal priority beside eager steps that took 2-3x as long, measured before this choice).
+Why at low priority: on 2 cores the compiler competes with the node's own work. The thread (and
+the C++ compiler it starts) runs at the lowest priority the OS gives a thread, one compile job at
+a time (76 s at normal priority beside eager steps that took 2-3x as long, measured before this
+choice). Its passes and the node's never overlap (torch_compile.ONE_PASS_AT_A_TIME: tracing
+patches torch.nn.Module.__call__ for the whole process), so it builds while the node generates,
+scores or evaluates, and a step waits at most for the build's pass in progress (one of four).
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import logging
 import os
@@ -32,10 +36,12 @@ from pathlib import Path
 
 import torch
 
+from . import torch_compile
 from .base import TrainSample
 
 log = logging.getLogger(__name__)
 
+_ONE_BUILD = threading.Lock()
 REPLICA_VOCAB = 512  # the vocabulary never enters a layer's graph; a small one keeps the copy ~30 MB
 
 
@@ -125,24 +131,32 @@ def start_background_compile(make_replica: Callable[[Path], object], graphs: Cal
     node's thread shares), compiled and exercised in the background under `guard` (the crash
     marker of a first compiled pass), then deleted."""
     folder = Path(tempfile.mkdtemp(prefix="swarmling-replica-"))
+    remove_folder = functools.partial(shutil.rmtree, folder, ignore_errors=True)
     try:
         with torch.random.fork_rng():
             replica = make_replica(folder)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_folder()
         raise
+    # A process that ends while the thread still builds (a quit in the first minutes, a command
+    # that never trains) kills it mid-build: its crash marker must not read as a crash at the next
+    # start, nor its folder stay behind. A real crash runs no atexit handler, so it still counts.
+    atexit.register(torch_compile.abandon_first_pass)
+    atexit.register(remove_folder)
 
     def build() -> None:
         from torch._inductor import config as inductor
 
-        jobs, inductor.compile_threads = inductor.compile_threads, 1  # in this thread, at its priority
-        try:
-            replica.compiling.on = True
-            guard(lambda: exercise(replica))
-            if replica.compiling.failure:
-                raise RuntimeError(replica.compiling.failure)
-        finally:
-            inductor.compile_threads = jobs
-            shutil.rmtree(folder, ignore_errors=True)
+        with _ONE_BUILD:  # a backend rebuilt while one builds waits for it (one marker, one setting)
+            jobs, inductor.compile_threads = inductor.compile_threads, 1  # in this thread, at its priority
+            try:
+                replica.compiling.on = True
+                guard(lambda: exercise(replica))
+                if replica.compiling.failure:
+                    raise RuntimeError(replica.compiling.failure)
+            finally:
+                inductor.compile_threads = jobs
+                remove_folder()
+                atexit.unregister(remove_folder)
 
     return BackgroundCompile(build, graphs)

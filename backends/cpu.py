@@ -121,7 +121,10 @@ class CpuBackend(TorchTrainedBackend):
         def when_built() -> None:
             trainer.bf16_base = bf16
 
-        trainer.compiling.build_in_background(background, when_built)
+        def when_failed() -> None:
+            trainer.bf16_base = bf16 and settings.bf16_forced  # "on" keeps bf16, even eagerly
+
+        trainer.compiling.build_in_background(background, when_built, when_failed)
 
     def _choose_precision(self, settings: CpuSettings) -> str:
         """A bf16 base where asked for and it agrees with fp32 (backends/bf16_check.py); what runs, and why."""
@@ -150,6 +153,8 @@ class CpuBackend(TorchTrainedBackend):
 
     def set_switches(self, switches: TrainerSwitches) -> None:
         self.trainer.compiling.adopt(wait=True)  # the background build's end must not undo a choice made now
+        if self.trainer.compiling.failure:  # switches read while it built promised what failed
+            switches = replace(switches, compiled=None, bf16_base=None)
         super().set_switches(switches)
         if switches.bf16_base is not None:
             self.trainer.bf16_base = switches.bf16_base
@@ -220,6 +225,7 @@ class CpuBackend(TorchTrainedBackend):
 
     def _guarded(self, run):
         """A first compiled pass leaves a marker for the next start should it crash (torch_compile.py)."""
+        self.trainer.compiling.adopt()  # graphs built in the background: this pass is their first on the model
         unproven = self.trainer.compiling.on and not self.trainer.compiling.proven
         return torch_compile.first_pass_guarded(self.settings.runtime_dir, self.settings.cache_dir,
                                                 self.settings.compiler or "", unproven, run)

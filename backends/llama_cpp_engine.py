@@ -132,7 +132,7 @@ class LlamaCppEngine:
         params.n_batch = max(64, batch)
         params.n_ubatch = min(512, params.n_batch)
         params.n_seq_max = max(1, seqs)
-        params.kv_unified = True  # see KV_LAYOUT below
+        params.kv_unified = True  # see KV_LAYOUT above
         params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
         params.n_threads = self.threads
         params.n_threads_batch = self.threads

@@ -250,7 +250,7 @@ class MlxBackend(Backend):
                 raise Abandoned("training step abandoned")
             batch = [samples[i] for row in rows for i in row.samples]
             reference = None
-            if anchored:
+            if anchored and any(on_reply[i] for row in rows for i in row.samples):  # none anchored: no reference
                 started = time.perf_counter()
                 reference = self._reference_logprobs(samples, rows)
                 stats["reference_s"] += time.perf_counter() - started

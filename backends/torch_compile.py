@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +38,16 @@ CRASHED_NOTE = ".crashed"  # beside a cache folder that was emptied after a cras
 COMPILED_GRAPHS = 32  # graphs a compiled layer may build (see CompiledLayers.on)
 T = TypeVar("T")
 _standing: set[Path] = set()  # markers this process has up
+
+
+# Compiling traces with torch.fx, which patches torch.nn.Module.__call__ for the whole process
+# while it traces: a module called eagerly on another thread meanwhile goes through the tracer
+# and fails ("module is not installed as a submodule"; seen once in the test suite when the
+# graphs were built on a background thread beside eager steps). So passes through the layers,
+# the node's and a background build's alike, run one at a time: a background build runs between
+# the node's passes (while it generates, scores, evaluates), and a step waits at most for the
+# build's pass in progress.
+ONE_PASS_AT_A_TIME = threading.RLock()
 
 
 class CompiledLayers:
@@ -59,7 +70,9 @@ class CompiledLayers:
         self.failure = ""  # why compiling was given up, if it was
         self._background = None  # a BackgroundCompile (compile_warmup.py) whose graphs these layers will use
         self._when_built: Callable[[], None] = lambda: None
+        self._when_failed: Callable[[], None] = lambda: None
         self.built_in_background = None  # its report once adopted: seconds, graphs
+        self._depth = 0  # passes under way (one inside another: the anchor's reference in a step)
 
     @property
     def on(self) -> bool:
@@ -75,10 +88,12 @@ class CompiledLayers:
         """The background build is done: the next pass adopts it."""
         return self._background is not None and self._background.done
 
-    def build_in_background(self, background, when_built: Callable[[], None]) -> None:
+    def build_in_background(self, background, when_built: Callable[[], None],
+                            when_failed: Callable[[], None] = lambda: None) -> None:
         """Train eagerly until `background` has built the graphs, then compile (`adopt`), after
-        `when_built()` (a bf16 base chosen for the compiled trainer goes on with it)."""
-        self._background, self._when_built = background, when_built
+        `when_built()` (a bf16 base chosen for the compiled trainer goes on with it); `when_failed()`
+        if the build fails (a bf16 base the user forced goes on without it)."""
+        self._background, self._when_built, self._when_failed = background, when_built, when_failed
 
     def adopt(self, wait: bool = False) -> None:
         """Between passes, on the trainer's thread: compiling on if the background build is done
@@ -91,6 +106,7 @@ class CompiledLayers:
         if background.failure:
             self.failure = background.failure
             log.warning("torch.compile failed in the background, training without it: %s", self.failure)
+            self._when_failed()
             return
         self.built_in_background = (background.seconds, background.graphs)
         log.info("compiled graphs built in the background in %.0f s (%d graphs); training compiled from now on",
@@ -119,8 +135,18 @@ class CompiledLayers:
     def run(self, run: Callable[..., T], *args, proves: bool = False) -> T:
         """`run(*args)`, and again eagerly (for good) if compiling fails in it before a compiled
         training step (`proves`) has succeeded: a compile fault costs the user speed, never a
-        round. Errors of the computation itself are not compile faults: they propagate."""
-        self.adopt()
+        round. Errors of the computation itself are not compile faults: they propagate. One pass
+        at a time in the process (`ONE_PASS_AT_A_TIME`)."""
+        with ONE_PASS_AT_A_TIME:
+            self._depth += 1
+            try:
+                if self._depth == 1:  # a pass inside a pass (the anchor's reference) runs as its step does
+                    self.adopt()
+                return self._run(run, *args, proves=proves)
+            finally:
+                self._depth -= 1
+
+    def _run(self, run: Callable[..., T], *args, proves: bool = False) -> T:
         if not self._on or self.proven:
             return run(*args)
         try:

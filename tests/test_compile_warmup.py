@@ -4,11 +4,17 @@ own, the trainer still its sampler's policy across the switch."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+import threading
 import time
 
 import numpy as np
 import pytest
 
+from swarmling.backends import torch_compile
 from swarmling.backends.torch_compile import CompiledLayers, graphs_compiled
 
 
@@ -56,12 +62,85 @@ def test_a_background_build_that_failed_leaves_the_trainer_eager_and_says_why():
     assert compiling.failure == "InductorError: no compiler" and not built and not compiling.pending
 
 
+def test_a_process_that_ends_while_the_graphs_build_leaves_no_crash_marker_and_no_replica(tmp_path):
+    """A quit in the first minutes kills the build mid-way (a daemon thread): that is no crash, so
+    the next start must not empty the cache and train eagerly; the replica's folder goes too."""
+    from swarmling.backends.torch_compile import FIRST_PASS_MARKER
+
+    runtime, scratch = tmp_path / "run", tmp_path / "tmp"
+    runtime.mkdir()
+    scratch.mkdir()
+    code = textwrap.dedent(f"""
+        import time
+        from swarmling.backends import torch_compile
+        from swarmling.backends.compile_warmup import start_background_compile
+
+        class Compiling:
+            on, failure = False, ""
+
+        class Replica:
+            compiling = Compiling()
+
+            def train_step(self, samples):
+                time.sleep(60)
+
+        def guard(run):
+            torch_compile.first_pass_guarded({str(runtime)!r}, {str(tmp_path)!r}, "g++", True, run)
+
+        def make(folder):
+            (folder / "weights").write_text("x")
+            return Replica()
+
+        start_background_compile(make, lambda: 0, guard)
+        deadline = time.monotonic() + 30
+        while not ({str(runtime)!r} and __import__("pathlib").Path({str(runtime / FIRST_PASS_MARKER)!r}).exists()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        print("building")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0 and "building" in done.stdout, done.stderr
+    assert not (runtime / FIRST_PASS_MARKER).exists()
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow  # builds the backend (the model, llama.cpp)
+def test_a_failed_background_build_leaves_the_node_eager_whatever_was_read_while_it_built(
+        cpu_backend_maker, gguf_path, tmp_path, monkeypatch):
+    from swarmling.backends import compile_warmup
+
+    def broken(replica):
+        raise RuntimeError("InductorError: no compiler after all")
+
+    monkeypatch.setattr(compile_warmup, "exercise", broken)
+    backend = cpu_backend_maker(gguf_path, tmp_path / "run", compiler="/usr/bin/g++", compile_reason="compiled: g++")
+    try:
+        read_while_building = backend.switches()
+        assert read_while_building.compiled
+        backend.set_switches(read_while_building)  # bench does this: it must not compile after a failure
+        trainer = backend.trainer
+        assert not trainer.compiling.on and "no compiler after all" in trainer.compiling.failure
+        assert backend.switches().compiled is None and "torch.compile failed" in backend.info().trainer
+    finally:
+        backend.close()
+
+
 @pytest.mark.slow  # compiles a replica (about a minute on 2 cores with a cold cache) and trains the real model
 def test_a_fresh_node_trains_eagerly_while_its_graphs_build_then_compiled_without_building_any(
         cpu_backend_maker, gguf_path, tmp_path):
     from swarmling.backends.base import ChatPrompt, TrainSample
 
+    graphs_before = graphs_compiled()
     backend = cpu_backend_maker(gguf_path, tmp_path / "run", compiler="/usr/bin/g++", compile_reason="compiled: g++")
+    guarded = []  # the main thread's passes: whether each stood under the first-pass crash marker
+    real_guard = torch_compile.first_pass_guarded
+
+    def recording(runtime, cache, compiler, unproven, run):
+        if threading.current_thread() is threading.main_thread():
+            guarded.append(unproven)
+        return real_guard(runtime, cache, compiler, unproven, run)
+
     try:
         trainer = backend.trainer
         assert trainer.compiling.pending and not trainer.compiling.on and not trainer.bf16_base
@@ -70,22 +149,23 @@ def test_a_fresh_node_trains_eagerly_while_its_graphs_build_then_compiled_withou
         prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
         samples = [TrainSample(prompt, backend.tokenize(reply), advantage) for reply, advantage in
                    (("8</answer>", 1.0), ("9</answer>", -1.0), ("The sum is 8.</answer>", 0.5), ("I think 7</answer>", -0.5))]
-        eager_steps, started = [], time.monotonic()
-        while trainer.compiling.pending and not trainer.compiling.built and time.monotonic() - started < 900:
-            began = time.perf_counter()
-            backend.train_step(samples)  # eager, fp32, beside the build
-            eager_steps.append(time.perf_counter() - began)
-            assert not trainer.compiling.proven
-        assert trainer.compiling.built
-        graphs = graphs_compiled()
-        began = time.perf_counter()
-        backend.train_step(samples)  # adopted: compiled, from the replica's graphs
-        compiled_step = time.perf_counter() - began
+        steps, started = [], time.monotonic()
+        torch_compile.first_pass_guarded = recording
+        try:
+            while not trainer.compiling.on and time.monotonic() - started < 900:
+                began = time.perf_counter()
+                backend.train_step(samples)  # eager, fp32, beside the build; the last one adopts its graphs
+                steps.append(time.perf_counter() - began)
+        finally:
+            torch_compile.first_pass_guarded = real_guard
         assert trainer.compiling.on and trainer.compiling.proven and not trainer.compiling.failure
-        assert graphs_compiled() == graphs  # the real model built no graph of its own
+        assert guarded == [False] * (len(steps) - 1) + [True]  # the model's first compiled pass is guarded
+        compiled_step = steps.pop()
+        backend.train_step(samples)
         trainer.token_logprobs(samples)  # a pass without gradients: warmed too
-        assert graphs_compiled() == graphs
-        print(f"eager steps while building: {', '.join(f'{s:.2f}' for s in eager_steps)} s; built in "
+        # Every graph built in this process since the backend began was the background build's.
+        assert graphs_compiled() - graphs_before == trainer.compiling.built_in_background[1]
+        print(f"eager steps while building: {', '.join(f'{s:.2f}' for s in steps)} s; built in "
               f"{trainer.compiling.built_in_background[0]:.0f} s; first compiled step {compiled_step:.2f} s")
         # Across the switch the trainer still computes its sampler's policy (as in
         # tests/test_trainer_is_the_sampler.py: ~0.05-0.08 nats a token apart on the Q4_1 file).

@@ -253,7 +253,7 @@ def _compare_training(backend: Backend, samples: list[TrainSample], which: str, 
     seconds, stats, _ = runs["node"]
     if stats.kl is not None:
         print(f"  KL anchor's reference forward {stats.reference_seconds:7.2f} s of the step's {seconds:.2f} s "
-              f"({stats.reference_seconds / seconds:.0%}: one forward without gradient over the same samples, in 2,048-token passes)")
+              f"({stats.reference_seconds / seconds:.0%}: one forward without gradient over the anchored groups' samples, in 2,048-token passes)")
     node = passes["node"]
     if "bf16_base" in runs:
         fp32, bf16 = (runs["node"], runs["bf16_base"])[:: -1 if node.bf16_base else 1]
