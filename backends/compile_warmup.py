@@ -78,20 +78,23 @@ def warm_up_batches() -> tuple[list[TrainSample], list[TrainSample]]:
     return [s for first in (11, 23, 37, 53, 67, 79) for s in group(first, 4)], group(41, 3)
 
 
-def exercise(trainer) -> None:
-    """Every kind of pass a node's trainer makes, on the replica (its updates are thrown away with it)."""
+def exercise(trainer, stopped: threading.Event | None = None) -> None:
+    """Every kind of pass a node's trainer makes, on the replica (its updates are thrown away with
+    it); none after `stopped` is set (the backend closed)."""
     several, alone = warm_up_batches()
-    trainer.train_step(several)
-    trainer.train_step(alone)
-    trainer.token_logprobs(several)
-    trainer.token_logprobs(alone)
+    for run in (lambda: trainer.train_step(several), lambda: trainer.train_step(alone),
+                lambda: trainer.token_logprobs(several), lambda: trainer.token_logprobs(alone)):
+        if stopped is not None and stopped.is_set():
+            raise RuntimeError("the backend closed before the compiled graphs were built")
+        run()
 
 
 class BackgroundCompile:
     """Runs `build()` in a daemon thread at low priority; `done`, `failure` and `seconds` say how it went."""
 
-    def __init__(self, build: Callable[[], None], graphs: Callable[[], int]) -> None:
+    def __init__(self, build: Callable[[threading.Event], None], graphs: Callable[[], int]) -> None:
         self._build, self._graphs = build, graphs
+        self.stopped = threading.Event()
         self.failure = ""
         self.seconds = 0.0
         self.graphs = 0
@@ -105,11 +108,17 @@ class BackgroundCompile:
     def wait(self) -> None:
         self._thread.join()
 
+    def stop(self) -> None:
+        """No pass after the one under way (the backend closes: its trainer's passes would race
+        the build's tracing); returns when the thread has ended."""
+        self.stopped.set()
+        self._thread.join()
+
     def _run(self) -> None:
         lower_this_threads_priority()
         started, before = time.perf_counter(), self._graphs()
         try:
-            self._build()
+            self._build(self.stopped)
         except Exception as error:  # anything: the node trains on eagerly, and says why
             self.failure = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
         self.seconds = time.perf_counter() - started
@@ -144,14 +153,14 @@ def start_background_compile(make_replica: Callable[[Path], object], graphs: Cal
     atexit.register(torch_compile.abandon_first_pass)
     atexit.register(remove_folder)
 
-    def build() -> None:
+    def build(stopped: threading.Event) -> None:
         from torch._inductor import config as inductor
 
         with _ONE_BUILD:  # a backend rebuilt while one builds waits for it (one marker, one setting)
             jobs, inductor.compile_threads = inductor.compile_threads, 1  # in this thread, at its priority
             try:
                 replica.compiling.on = True
-                guard(lambda: exercise(replica))
+                guard(lambda: exercise(replica, stopped))
                 if replica.compiling.failure:
                     raise RuntimeError(replica.compiling.failure)
             finally:
@@ -159,4 +168,8 @@ def start_background_compile(make_replica: Callable[[Path], object], graphs: Cal
                 remove_folder()
                 atexit.unregister(remove_folder)
 
-    return BackgroundCompile(build, graphs)
+    background = BackgroundCompile(build, graphs)
+    # Runs first at exit (last registered): a thread killed inside torch's C++ aborts the process
+    # ("terminate called without an active exception"), so the exit waits for the pass under way.
+    atexit.register(background.stop)
+    return background

@@ -242,4 +242,5 @@ class CpuBackend(TorchTrainedBackend):
         return self.generator
 
     def close(self) -> None:
+        self.trainer.compiling.abandon_build()  # its tracing must not outlive the backend (torch_compile.py)
         self.generator.close()

@@ -95,6 +95,12 @@ class CompiledLayers:
         if the build fails (a bf16 base the user forced goes on without it)."""
         self._background, self._when_built, self._when_failed = background, when_built, when_failed
 
+    def abandon_build(self) -> None:
+        """The trainer is closing: the background build stops after its pass under way, unused."""
+        background, self._background = self._background, None
+        if background is not None:
+            background.stop()
+
     def adopt(self, wait: bool = False) -> None:
         """Between passes, on the trainer's thread: compiling on if the background build is done
         (after waiting for it, with `wait`); off for good, and why, if it failed."""

@@ -82,7 +82,7 @@ def test_a_process_that_ends_while_the_graphs_build_leaves_no_crash_marker_and_n
             compiling = Compiling()
 
             def train_step(self, samples):
-                time.sleep(60)
+                time.sleep(3)
 
         def guard(run):
             torch_compile.first_pass_guarded({str(runtime)!r}, {str(tmp_path)!r}, "g++", True, run)
@@ -110,7 +110,7 @@ def test_a_failed_background_build_leaves_the_node_eager_whatever_was_read_while
         cpu_backend_maker, gguf_path, tmp_path, monkeypatch):
     from swarmling.backends import compile_warmup
 
-    def broken(replica):
+    def broken(replica, stopped=None):
         raise RuntimeError("InductorError: no compiler after all")
 
     monkeypatch.setattr(compile_warmup, "exercise", broken)
@@ -181,3 +181,32 @@ def test_a_fresh_node_trains_eagerly_while_its_graphs_build_then_compiled_withou
     finally:
         backend.trainer.compiling.adopt(wait=True)
         backend.close()
+
+
+def test_a_closing_backend_stops_its_build_after_the_pass_under_way_and_never_adopts_it():
+    import threading as threads
+
+    from swarmling.backends.compile_warmup import exercise
+
+    compiling, stopped = CompiledLayers(layers(), lambda: None), []
+    build = Built(done=False)
+    build.stop = lambda: stopped.append(True)
+    compiling.build_in_background(build, lambda: None)
+    compiling.abandon_build()
+    assert stopped and not compiling.pending and compiling.run(lambda: compiling.on) is False
+
+    class Replica:
+        passes = 0
+
+        def train_step(self, samples):
+            Replica.passes += 1
+
+        token_logprobs = train_step
+
+    closed = threads.Event()
+    closed.set()
+    with pytest.raises(RuntimeError, match="closed"):
+        exercise(Replica(), closed)
+    assert Replica.passes == 0
+    exercise(Replica(), threads.Event())
+    assert Replica.passes == 4

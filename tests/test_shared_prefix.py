@@ -193,6 +193,9 @@ def test_compiled_layers_compute_what_eager_ones_do(trainer):
     g = torch.Generator().manual_seed(1)
     weights = [torch.randn(len(s.completion_ids), generator=g) for s in samples]
     eager = {b: logprobs_and_gradient(trainer, lambda: trainer_logprobs(trainer, samples, b), weights) for b in (4096, 60)}
+    # Graphs are shared by every model of the class in the process (a node's background build made
+    # some already): start from none, so that the compiled path must build its own.
+    torch._dynamo.reset()
     graphs = counters["stats"]["unique_graphs"]
     trainer.compiling.on = True
     try:
