@@ -36,7 +36,6 @@ from pathlib import Path
 
 import torch
 
-from . import torch_compile
 from .base import TrainSample
 
 log = logging.getLogger(__name__)
@@ -147,12 +146,6 @@ def start_background_compile(make_replica: Callable[[Path], object], graphs: Cal
     except BaseException:
         remove_folder()
         raise
-    # A process that ends while the thread still builds (a quit in the first minutes, a command
-    # that never trains) kills it mid-build: its crash marker must not read as a crash at the next
-    # start, nor its folder stay behind. A real crash runs no atexit handler, so it still counts.
-    atexit.register(torch_compile.abandon_first_pass)
-    atexit.register(remove_folder)
-
     def build(stopped: threading.Event) -> None:
         from torch._inductor import config as inductor
 
@@ -166,10 +159,12 @@ def start_background_compile(make_replica: Callable[[Path], object], graphs: Cal
             finally:
                 inductor.compile_threads = jobs
                 remove_folder()
-                atexit.unregister(remove_folder)
 
     background = BackgroundCompile(build, graphs)
-    # Runs first at exit (last registered): a thread killed inside torch's C++ aborts the process
-    # ("terminate called without an active exception"), so the exit waits for the pass under way.
+    # A process that ends while the thread builds (a quit in the first minutes, a command that
+    # never trains) waits for the pass under way: a thread killed inside torch's C++ aborts the
+    # process ("terminate called without an active exception"), and one killed in its pass would
+    # leave the crash marker (read as a crash at the next start) and the replica's folder. Stopped,
+    # the thread takes both down itself; a real crash runs no atexit handler, so it still counts.
     atexit.register(background.stop)
     return background
