@@ -365,3 +365,24 @@ def test_every_design_leaves_at_least_three_evaluations_after_its_burn_in(name):
     design = DESIGNS[name]
     assert sum(design.counted(r) for r in design.eval_rounds()) >= 3 and design.seeds >= 5
     assert not set(range(design.first_seed, design.first_seed + design.seeds)) & TUNED_SEEDS
+
+
+def test_the_recorded_code_is_the_checkouts_head_and_unknown_for_a_copy_inside_another_checkout(tmp_path, monkeypatch):
+    import subprocess
+
+    from swarmling.app.commands.experiment import grid
+
+    repo = tmp_path / "repo"
+    for package in (repo, repo / ".gpu" / "pinned"):
+        (package / "app" / "commands" / "experiment").mkdir(parents=True)
+        (package / "app" / "commands" / "experiment" / "grid.py").write_text("")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "app"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setattr(grid, "__file__", str(repo / "app" / "commands" / "experiment" / "grid.py"))
+    assert grid.source_revision() == head
+    # An older tree unpacked inside the checkout (as the pinned grid ran on a lent GPU) is not its HEAD.
+    monkeypatch.setattr(grid, "__file__", str(repo / ".gpu" / "pinned" / "app" / "commands" / "experiment" / "grid.py"))
+    assert grid.source_revision() is None

@@ -191,6 +191,12 @@ def source_revision() -> str | None:
 
     root = Path(__file__).resolve().parents[3]
     try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=10)
+        # A copy of the code inside another checkout (an older tree unpacked in a folder of a newer
+        # one, as on a lent GPU) is not that checkout's HEAD: unknown rather than wrong.
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+            return None
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10)
