@@ -13,10 +13,7 @@ import shutil
 import psutil
 
 from ..backends.cpu_features import cpu_info
-
-# Backends this release implements; detection may find hardware for others.
-AVAILABLE_BACKENDS = ("cpu", "cuda", "mlx")
-
+from ..backends.registry import BACKENDS, backend_kind
 
 @dataclass(frozen=True)
 class Hardware:
@@ -94,29 +91,9 @@ def _cxx_compiler() -> str | None:
 
 
 def choose_backend(hw: Hardware, requested: str = "auto") -> BackendChoice:
+    """The backend `requested` names, or for "auto" the first in the registry's order that fits
+    this machine (the CPU's fits every one); with the reason the user is told."""
     if requested != "auto":
-        if requested not in AVAILABLE_BACKENDS:
-            raise ValueError(f"backend {requested!r} is not available; choose from {', '.join(AVAILABLE_BACKENDS)}")
+        backend_kind(requested)  # ValueError, in words, for a name this release lacks
         return BackendChoice(requested, f"asked for in the config (backend.kind = {requested!r})")
-    if hw.cuda_devices:
-        return BackendChoice(
-            "cuda",
-            f"found CUDA device {hw.cuda_devices[0]}: torch samples and trains LoRA on it (bf16, one copy of the weights)",
-        )
-    if hw.apple_silicon and hw.mlx_importable:
-        return BackendChoice(
-            "mlx",
-            f"Apple Silicon with MLX: mlx-lm samples and trains LoRA on the GPU, one copy of the weights in "
-            f"{hw.memory_total / 2**30:.0f} GB of unified memory",
-        )
-    if hw.apple_silicon:
-        return BackendChoice(
-            "cpu",
-            "Apple Silicon, but MLX is not installed (pipx inject swarmling 'mlx' 'mlx-lm', or install "
-            "swarmling[mlx]); using llama.cpp + torch on the CPU meanwhile",
-        )
-    return BackendChoice(
-        "cpu",
-        f"no GPU found; llama.cpp samples and torch trains LoRA on the CPU ({hw.physical_cores} cores"
-        + (", with bf16 instructions" if hw.has_bf16_cpu else "") + ")",
-    )
+    return next(BackendChoice(entry.name, reason) for entry in BACKENDS if (reason := entry.chosen_for(hw)))

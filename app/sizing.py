@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..backends.registry import backend_kind
+from ..backends.settings import CpuTrainerChoice
 from .config import Config
 from .hardware import BackendChoice, Hardware, choose_backend
 from .learning.tasks import Preset
@@ -19,19 +21,14 @@ from .learning.tasks import Preset
 class BuildSettings:
     """Fixed when the backend is built: a change to any of them waits for a restart."""
 
-    kind: str  # the backend: "cpu", "cuda" or "mlx"
+    kind: str  # the backend: a name in backends/registry.py
     threads: int
     microbatch_tokens: int
     activation_checkpointing: bool
     memory_limit: float | None  # bytes the CPU or MLX node sized itself to (None on CUDA)
-    # The CPU trainer's base in bf16 (train.cpu_bf16): tried ("auto" where the CPU has bf16
-    # instructions, or "on"); kept only if the start-up check agrees, unless the user said "on".
-    cpu_bf16: bool = False
-    cpu_bf16_forced: bool = False
-    cpu_bf16_reason: str = ""
-    # The CPU trainer's layers through torch.compile (train.cpu_compile), built with this compiler.
-    cpu_compile: str | None = None
-    cpu_compile_reason: str = ""
+    # The CPU trainer's base in bf16 (train.cpu_bf16: tried where the CPU has bf16 instructions,
+    # or "on"), and its layers through torch.compile (train.cpu_compile): see cpu_trainer_choice.
+    cpu_trainer: CpuTrainerChoice = CpuTrainerChoice()
 
 
 @dataclass(frozen=True)
@@ -156,7 +153,8 @@ def build_settings(config: Config, hw: Hardware, kind: str, model_scale: float =
     threads = node_threads(config, hw.physical_cores)
     ceiling = config.resources.max_memory_gb
     limit = None
-    if kind == "cuda":
+    backend = backend_kind(kind)
+    if backend.memory == "device":
         # On a GPU the microbatch follows device memory (logits are chunked, so activations of a
         # sub-1B model dominate): 8k tokens on an 8-16 GB card, up to 32k on an 80 GB one.
         gpu_gib = (hw.cuda_memory[0] if hw.cuda_memory else 0) / 2**30
@@ -171,18 +169,23 @@ def build_settings(config: Config, hw: Hardware, kind: str, model_scale: float =
         limit = guest_bytes(hw) if ceiling is None else ceiling * 1e9
         asked = config.train.microbatch_tokens
         binding = ceiling is not None or (limit < GUEST_BYTES and not asked)
-        checkpointing = kind == "cpu" and wants_checkpointing(config, limit, model_scale, binding)
+        checkpointing = backend.checkpointing and wants_checkpointing(config, limit, model_scale, binding)
         if ceiling is None and asked:
             microbatch = asked  # asked for, and no ceiling to keep to
         else:
             microbatch = fit_microbatch(asked or DEFAULT_MICROBATCH, limit, model_scale,
                                         strict=ceiling is not None, checkpointing=checkpointing)
-    compiler, compile_reason = cpu_compile_choice(config.train.cpu_compile, hw) if kind == "cpu" else (None, "")
-    bf16, reason = cpu_bf16_choice(config.train.cpu_bf16, hw, compiler is not None) if kind == "cpu" else (False, "")
     return BuildSettings(kind=kind, threads=threads, microbatch_tokens=microbatch,
-                         activation_checkpointing=checkpointing, memory_limit=limit, cpu_bf16=bf16,
-                         cpu_bf16_forced=config.train.cpu_bf16 == "on", cpu_bf16_reason=reason,
-                         cpu_compile=compiler, cpu_compile_reason=compile_reason)
+                         activation_checkpointing=checkpointing, memory_limit=limit,
+                         cpu_trainer=cpu_trainer_choice(config, hw) if backend.cpu_torch_trainer else CpuTrainerChoice())
+
+
+def cpu_trainer_choice(config: Config, hw: Hardware) -> CpuTrainerChoice:
+    """Whether the CPU trainer compiles its layers and tries a bf16 base, and why."""
+    compiler, compile_reason = cpu_compile_choice(config.train.cpu_compile, hw)
+    bf16, bf16_reason = cpu_bf16_choice(config.train.cpu_bf16, hw, compiler is not None)
+    return CpuTrainerChoice(bf16=bf16, bf16_forced=config.train.cpu_bf16 == "on", bf16_reason=bf16_reason,
+                            compiler=compiler, compile_reason=compile_reason)
 
 
 def cpu_bf16_choice(mode: str, hw: Hardware, compiled: bool) -> tuple[bool, str]:
@@ -230,7 +233,7 @@ def round_shape(config: Config, preset: Preset, build: BuildSettings, model_scal
     completions = config.round.completions or 8
     max_new_tokens = reply_tokens(config, preset)
     ceiling = config.resources.max_memory_gb
-    if ceiling is not None and build.kind == "cpu":
+    if ceiling is not None and backend_kind(build.kind).cpu_torch_trainer:
         sampling = sampling_peak_bytes(questions, completions, max_new_tokens, model_scale)
         if sampling > ceiling * 1e9:
             raise ResourceError(
@@ -249,8 +252,9 @@ def memory_note(config: Config, build: BuildSettings, model_scale: float = 1.0) 
     """What the memory limit (the user's ceiling, or the guest's share of a small machine) made of
     training, for the user; None when nothing was chosen for them."""
     notes = []
-    if build.kind == "mlx" and config.train.activation_checkpointing:
-        notes.append("train.activation_checkpointing is not implemented by the MLX trainer: it keeps every "
+    backend = backend_kind(build.kind)
+    if not backend.checkpointing and config.train.activation_checkpointing:
+        notes.append(f"train.activation_checkpointing is not implemented by the {backend.label} trainer: it keeps every "
                      "activation (a smaller train.microbatch_tokens uses less memory)")
     ceiling = config.resources.max_memory_gb
     chose_checkpointing = build.activation_checkpointing and config.train.activation_checkpointing is None

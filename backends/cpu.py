@@ -41,7 +41,7 @@ from .heap import return_freed_memory
 from . import torch_compile
 from .hf_from_gguf import converted_folder
 from .llama_cpp_generator import LlamaCppGenerator
-from .settings import GrpoSettings, LoraSettings, OptimSettings
+from .settings import CpuTrainerChoice, GrpoSettings, LoraSettings, OptimSettings
 from .torch_lora import TorchLoraTrainer
 from .torch_trained import TorchTrainedBackend
 
@@ -63,11 +63,7 @@ class CpuSettings:
     grpo: GrpoSettings
     seed: int = 0
     chat_template: str | None = None  # overrides the GGUF's template when given
-    bf16: bool = False  # try the trainer's base in bf16 (train.cpu_bf16)
-    bf16_forced: bool = False  # keep it even if the start-up check disagrees ("on")
-    bf16_reason: str = ""  # why it is tried or not
-    compiler: str | None = None  # torch.compile the trainer's layers with this C++ compiler (train.cpu_compile)
-    compile_reason: str = ""  # why they are compiled or not
+    cpu_trainer: CpuTrainerChoice = CpuTrainerChoice()  # compiled or eager, bf16 base or fp32
 
 
 class CpuBackend(TorchTrainedBackend):
@@ -83,12 +79,13 @@ class CpuBackend(TorchTrainedBackend):
         settings.runtime_dir.mkdir(parents=True, exist_ok=True)
         self.compile_refused = None  # why this start does not compile, though asked to
         self._bf16_when_compiled = False  # a bf16 base waiting for the background compile (below)
-        if settings.compiler:
-            self.compile_refused = torch_compile.prepare(settings.compiler, settings.cache_dir, settings.runtime_dir,
+        compiler = settings.cpu_trainer.compiler
+        if compiler:
+            self.compile_refused = torch_compile.prepare(compiler, settings.cache_dir, settings.runtime_dir,
                                                          settings.threads)
             self.trainer.compiling.on = self.compile_refused is None
         self.precision = self._choose_precision(settings)
-        self.trainer.bf16_needs_compiling = self.trainer.bf16_base and not settings.bf16_forced
+        self.trainer.bf16_needs_compiling = self.trainer.bf16_base and not settings.cpu_trainer.bf16_forced
         if self.trainer.compiling.on:
             self._compile_in_background(folder)
         cfg = self.trainer.config
@@ -114,7 +111,8 @@ class CpuBackend(TorchTrainedBackend):
             return replica
 
         def guard(run) -> None:
-            torch_compile.first_pass_guarded(settings.runtime_dir, settings.cache_dir, settings.compiler or "", True, run)
+            torch_compile.first_pass_guarded(settings.runtime_dir, settings.cache_dir, settings.cpu_trainer.compiler or "",
+                                             True, run)
 
         background = start_background_compile(make_replica, torch_compile.graphs_compiled, guard)
 
@@ -122,29 +120,29 @@ class CpuBackend(TorchTrainedBackend):
             trainer.bf16_base = bf16
 
         def when_failed() -> None:
-            trainer.bf16_base = bf16 and settings.bf16_forced  # "on" keeps bf16, even eagerly
+            trainer.bf16_base = bf16 and settings.cpu_trainer.bf16_forced  # "on" keeps bf16, even eagerly
 
         trainer.compiling.build_in_background(background, when_built, when_failed)
 
     def _choose_precision(self, settings: CpuSettings) -> str:
         """A bf16 base where asked for and it agrees with fp32 (backends/bf16_check.py); what runs, and why."""
-        if not settings.bf16:
-            return settings.bf16_reason or "fp32"
-        if not self.trainer.compiling.on and not settings.bf16_forced:  # app/sizing.cpu_bf16_choice says why
+        if not settings.cpu_trainer.bf16:
+            return settings.cpu_trainer.bf16_reason or "fp32"
+        if not self.trainer.compiling.on and not settings.cpu_trainer.bf16_forced:  # app/sizing.cpu_bf16_choice says why
             return "fp32: bf16 needs the compiled trainer, which this start lacks"
         check = check_bf16(self.trainer, check_samples(self.encode_prompt, self.tokenize))
         if check.agrees:
-            return f"{settings.bf16_reason}; {check.describe()}"
-        if settings.bf16_forced:
+            return f"{settings.cpu_trainer.bf16_reason}; {check.describe()}"
+        if settings.cpu_trainer.bf16_forced:
             self.trainer.bf16_base = True
             log.warning("train.cpu_bf16 = on although %s", check.describe())
-            return f"{settings.bf16_reason}, although {check.describe()}"
+            return f"{settings.cpu_trainer.bf16_reason}, although {check.describe()}"
         log.warning("training in fp32: %s, beyond the tolerance", check.describe())
         return f"fp32: {check.describe()}, beyond the tolerance"
 
     def switches(self) -> TrainerSwitches:
         compiling = self.trainer.compiling
-        compiled = (compiling.on or compiling.pending) if self.settings.compiler and not compiling.failure \
+        compiled = (compiling.on or compiling.pending) if self.settings.cpu_trainer.compiler and not compiling.failure \
             and not self.compile_refused else None
         # While the graphs are built in the background the node runs fp32 eagerly, and will run
         # compiled (in bf16 where chosen): its switches are those it will run with.
@@ -179,13 +177,13 @@ class CpuBackend(TorchTrainedBackend):
             return f"eager: torch.compile failed ({self.trainer.compiling.failure})"
         if self.compile_refused:
             return f"eager: {self.compile_refused}"
-        compiling = self.trainer.compiling
+        compiling, reason = self.trainer.compiling, self.settings.cpu_trainer.compile_reason
         if compiling.pending:
-            return f"{self.settings.compile_reason}; graphs building in the background, eager fp32 until then"
+            return f"{reason}; graphs building in the background, eager fp32 until then"
         if compiling.built_in_background:
             seconds, graphs = compiling.built_in_background
-            return f"{self.settings.compile_reason}; {graphs} graphs built in the background in {seconds:.0f} s"
-        return self.settings.compile_reason or ("compiled" if compiling.on else "eager")
+            return f"{reason}; {graphs} graphs built in the background in {seconds:.0f} s"
+        return reason or ("compiled" if compiling.on else "eager")
 
     def render(self, prompt: ChatPrompt) -> str:
         return render(prompt, self.chat_template)
@@ -228,7 +226,7 @@ class CpuBackend(TorchTrainedBackend):
         self.trainer.compiling.adopt()  # graphs built in the background: this pass is their first on the model
         unproven = self.trainer.compiling.on and not self.trainer.compiling.proven
         return torch_compile.first_pass_guarded(self.settings.runtime_dir, self.settings.cache_dir,
-                                                self.settings.compiler or "", unproven, run)
+                                                self.settings.cpu_trainer.compiler or "", unproven, run)
 
     def hand_off(self) -> float:
         start = time.perf_counter()

@@ -1,4 +1,5 @@
-"""One place that turns a `BackendSpec` into a backend, and says in words when it cannot.
+"""How each backend is built from a `BackendSpec` (`registry.py` names which builds which), and
+what it says in words when it cannot.
 
 Each backend's module is imported only when chosen: torch, llama.cpp and MLX are heavy, and
 MLX may not be installed at all."""
@@ -11,19 +12,7 @@ from .base import Backend, BackendUnavailable
 from .settings import BackendSpec
 
 
-def build_backend(spec: BackendSpec) -> Backend:
-    """The backend `spec.kind` names; `BackendUnavailable` (the message says what to change)
-    when this machine or this configuration cannot have it."""
-    if spec.kind == "cuda":
-        return _cuda(spec)
-    if spec.kind == "mlx":
-        return _mlx(spec)
-    if spec.kind == "cpu":
-        return _cpu(spec)
-    raise BackendUnavailable(f"backend {spec.kind!r} is not available in this release")
-
-
-def _cuda(spec: BackendSpec) -> Backend:
+def build_cuda(spec: BackendSpec) -> Backend:
     import torch
 
     if not torch.cuda.is_available():
@@ -46,7 +35,7 @@ def torch_backend(spec: BackendSpec, device: str) -> Backend:
         raise BackendUnavailable(str(exc)) from None
 
 
-def _mlx(spec: BackendSpec) -> Backend:
+def build_mlx(spec: BackendSpec) -> Backend:
     if spec.full:
         raise BackendUnavailable("train.mode = 'full' is for the CUDA backend; the MLX backend trains a LoRA adapter")
     try:
@@ -60,7 +49,7 @@ def _mlx(spec: BackendSpec) -> Backend:
                                   spec.grpo, spec.seed))
 
 
-def _cpu(spec: BackendSpec) -> Backend:
+def build_cpu(spec: BackendSpec) -> Backend:
     if spec.full:
         raise BackendUnavailable(
             "train.mode = 'full' needs the CUDA backend: on the CPU, llama.cpp samples through a LoRA adapter, "
@@ -85,11 +74,7 @@ def _cpu(spec: BackendSpec) -> Backend:
             optim=spec.optim,
             grpo=spec.grpo,
             seed=spec.seed,
-            bf16=spec.cpu_bf16,
-            bf16_forced=spec.cpu_bf16_forced,
-            bf16_reason=spec.cpu_bf16_reason,
-            compiler=spec.cpu_compile,
-            compile_reason=spec.cpu_compile_reason,
+            cpu_trainer=spec.cpu_trainer,
         )
     )
 

@@ -6,7 +6,7 @@ nothing here restates them (every field is required)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,8 +71,20 @@ class GrpoSettings:
 
 
 @dataclass(frozen=True)
+class CpuTrainerChoice:
+    """How the CPU backend's trainer runs: decided once for the machine (`app/sizing.py`), carried
+    whole to `backends/cpu.py`; each reason is shown on the node's backend line."""
+
+    bf16: bool = False  # try the trainer's base in bf16, kept if it agrees with fp32 (train.cpu_bf16)
+    bf16_forced: bool = False  # ... kept whatever the start-up check finds (train.cpu_bf16 = "on")
+    bf16_reason: str = ""  # why it is tried or not
+    compiler: str | None = None  # torch.compile the trainer's layers with this C++ compiler; None: eager
+    compile_reason: str = ""  # why they are compiled or not
+
+
+@dataclass(frozen=True)
 class BackendSpec:
-    """Everything `factory.build_backend` needs to build any backend."""
+    """Everything `registry.build_backend` needs to build any backend."""
 
     kind: str  # "cpu" | "cuda" | "mlx"
     model_name: str
@@ -87,8 +99,4 @@ class BackendSpec:
     grpo: GrpoSettings
     seed: int
     full: bool  # train every weight (train.mode = "full") instead of a LoRA adapter
-    cpu_bf16: bool = False  # the CPU trainer's base in bf16, if it agrees with fp32 (train.cpu_bf16)
-    cpu_bf16_forced: bool = False  # ... whatever the check finds (train.cpu_bf16 = "on")
-    cpu_bf16_reason: str = ""  # why it is tried or not, for the backend line
-    cpu_compile: str | None = None  # the C++ compiler for the CPU trainer's torch.compile; None: eager
-    cpu_compile_reason: str = ""  # why, for the backend line
+    cpu_trainer: CpuTrainerChoice = field(default_factory=lambda: CpuTrainerChoice())  # the CPU backend's trainer

@@ -1,4 +1,4 @@
-"""`backends.factory.build_backend`: what it refuses, and in which words (the node shows them)."""
+"""`backends.registry.build_backend`: what it refuses, and in which words (the node shows them)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from backend_settings import grpo_settings, lora_settings, optim_settings
 
 from swarmling.backends.base import BackendUnavailable
-from swarmling.backends.factory import build_backend
+from swarmling.backends.registry import build_backend
 from swarmling.backends.settings import BackendSpec
 
 SPEC = BackendSpec(kind="cpu", model_name="some-model", gguf=Path("model.gguf"), hf_dir=None, cache_dir=Path("cache"),

@@ -16,6 +16,7 @@ import pytest
 
 from swarmling.backends import torch_compile
 from swarmling.backends.torch_compile import CompiledLayers, graphs_compiled
+from swarmling.backends.settings import CpuTrainerChoice
 
 
 class Built:
@@ -114,7 +115,8 @@ def test_a_failed_background_build_leaves_the_node_eager_whatever_was_read_while
         raise RuntimeError("InductorError: no compiler after all")
 
     monkeypatch.setattr(compile_warmup, "exercise", broken)
-    backend = cpu_backend_maker(gguf_path, tmp_path / "run", compiler="/usr/bin/g++", compile_reason="compiled: g++")
+    backend = cpu_backend_maker(gguf_path, tmp_path / "run",
+                               cpu_trainer=CpuTrainerChoice(compiler="/usr/bin/g++", compile_reason="compiled: g++"))
     try:
         read_while_building = backend.switches()
         assert read_while_building.compiled
@@ -132,7 +134,8 @@ def test_a_fresh_node_trains_eagerly_while_its_graphs_build_then_compiled_withou
     from swarmling.backends.base import ChatPrompt, TrainSample
 
     graphs_before = graphs_compiled()
-    backend = cpu_backend_maker(gguf_path, tmp_path / "run", compiler="/usr/bin/g++", compile_reason="compiled: g++")
+    backend = cpu_backend_maker(gguf_path, tmp_path / "run",
+                               cpu_trainer=CpuTrainerChoice(compiler="/usr/bin/g++", compile_reason="compiled: g++"))
     guarded = []  # the main thread's passes: whether each stood under the first-pass crash marker
     real_guard = torch_compile.first_pass_guarded
 

@@ -133,20 +133,20 @@ def test_a_bf16_base_goes_with_the_compiled_trainer_only():
     CPU trains in bf16 where it compiles, in fp32 where it cannot, and as told with `on`."""
     bf16 = frozenset({"avx512_bf16"})
     compiling = resolved(hw=machine(8, cxx_compiler="/usr/bin/g++", cpu_flags=bf16))
-    assert compiling.cpu_bf16 and "compiled" in compiling.cpu_bf16_reason
+    assert compiling.cpu_trainer.bf16 and "compiled" in compiling.cpu_trainer.bf16_reason
     eager = resolved(hw=machine(8, cpu_flags=bf16))
-    assert not eager.cpu_bf16 and "needs the compiled trainer" in eager.cpu_bf16_reason
+    assert not eager.cpu_trainer.bf16 and "needs the compiled trainer" in eager.cpu_trainer.bf16_reason
     told = resolved(hw=machine(8, cpu_flags=bf16), train={"cpu_bf16": "on"})
-    assert told.cpu_bf16 and told.cpu_bf16_forced and "rounded away" in told.cpu_bf16_reason
-    assert not resolved(hw=machine(8, cxx_compiler="/usr/bin/g++")).cpu_bf16  # no bf16 instructions
+    assert told.cpu_trainer.bf16 and told.cpu_trainer.bf16_forced and "rounded away" in told.cpu_trainer.bf16_reason
+    assert not resolved(hw=machine(8, cxx_compiler="/usr/bin/g++")).cpu_trainer.bf16  # no bf16 instructions
 
 
 def test_the_cpu_trainer_compiles_where_a_compiler_is_found_unless_told_not_to():
     with_gxx = machine(8, cxx_compiler="/usr/bin/g++")
-    assert resolved(hw=with_gxx).cpu_compile == "/usr/bin/g++"
-    assert resolved(hw=machine(8)).cpu_compile is None  # auto, and nothing to build with
-    assert "no C++ compiler" in resolved(hw=machine(8)).cpu_compile_reason
-    assert resolved(hw=with_gxx, train={"cpu_compile": "off"}).cpu_compile is None
-    assert resolved(hw=machine(8), train={"cpu_compile": "on"}).cpu_compile == "g++"  # tried; falls back if it fails
+    assert resolved(hw=with_gxx).cpu_trainer.compiler == "/usr/bin/g++"
+    assert resolved(hw=machine(8)).cpu_trainer.compiler is None  # auto, and nothing to build with
+    assert "no C++ compiler" in resolved(hw=machine(8)).cpu_trainer.compile_reason
+    assert resolved(hw=with_gxx, train={"cpu_compile": "off"}).cpu_trainer.compiler is None
+    assert resolved(hw=machine(8), train={"cpu_compile": "on"}).cpu_trainer.compiler == "g++"  # tried; falls back if it fails
     on_gpu = machine(8, cxx_compiler="/usr/bin/g++", cuda_devices=("H100",), cuda_memory=(80 * 2**30,))
-    assert resolved(hw=on_gpu).cpu_compile is None  # the CUDA trainer: not measured compiled
+    assert resolved(hw=on_gpu).cpu_trainer.compiler is None  # the CUDA trainer: not measured compiled

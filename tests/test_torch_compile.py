@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from swarmling.backends import torch_compile
+from swarmling.backends.settings import CpuTrainerChoice
 from swarmling.backends.torch_compile import (
     FIRST_PASS_MARKER,
     CompiledLayers,
@@ -192,7 +193,7 @@ def test_the_backend_line_says_why_a_start_runs_eagerly(backend_factory, tmp_pat
     runtime.mkdir()
     (runtime / FIRST_PASS_MARKER).write_text("")
     try:
-        backend = backend_factory(runtime, compiler=GXX, compile_reason=f"compiled: {GXX}")
+        backend = backend_factory(runtime, cpu_trainer=CpuTrainerChoice(compiler=GXX, compile_reason=f"compiled: {GXX}"))
         assert not backend.trainer.compiling.on and backend.switches().compiled is None
         assert "eager: the last start died in its first compiled pass" in backend.info().trainer
     finally:

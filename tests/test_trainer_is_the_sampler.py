@@ -14,6 +14,7 @@ import pytest
 from backend_settings import optim_settings
 
 from swarmling.backends.base import ChatPrompt, TrainSample
+from swarmling.backends.settings import CpuTrainerChoice
 
 
 def sampler_gap(backend, samples) -> float:
@@ -35,7 +36,7 @@ def test_after_training_the_trainer_is_its_samplers_policy_in_fp32_and_compiled_
         backend_factory, tmp_path):
     # bf16 asked for, no compiler given: fp32. The step size pinned (the defaults may change): the
     # bigger the updates, the more of them survive bf16's rounding.
-    backend = backend_factory(tmp_path / "run", bf16=True, optim=optim_settings(learning_rate=3e-4, warmup_steps=5))
+    backend = backend_factory(tmp_path / "run", cpu_trainer=CpuTrainerChoice(bf16=True), optim=optim_settings(learning_rate=3e-4, warmup_steps=5))
     assert not backend.trainer.bf16_base and "needs the compiled trainer" in backend.precision
     prompt = backend.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
     samples = [TrainSample(prompt, backend.tokenize(reply), advantage) for reply, advantage in

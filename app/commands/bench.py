@@ -41,6 +41,7 @@ from ..events import PHASES
 from ..learning.draws import RoundDraws
 from ..learning.round import run_round, training_samples
 from ...backends.base import Backend, GenerationProfile, TrainerSwitches, TrainSample
+from ...backends.registry import backend_kind
 from ...backends.torch_compile import graphs_compiled
 from .arguments import Invocation, add_config_flags, positive
 
@@ -226,7 +227,7 @@ def _compare_training(backend: Backend, samples: list[TrainSample], which: str, 
     node's switches (a bench's node is thrown away after). `samples` have a learning signal."""
     passes = training_passes(backend, checkpointing_required, bf16_cpu)
     node_compiles = bool(passes["node"].compiled)
-    peak = PeakMemory(on_gpu=backend.info().name == "cuda")
+    peak = PeakMemory(on_gpu=backend_kind(backend.info().name).memory == "device")
     runs = {}
     for name, switches in passes.items():
         backend.load_state(start)  # every pass from the same policy and optimizer state

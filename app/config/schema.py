@@ -9,6 +9,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...backends.registry import NAMES
+
+# "auto", or a backend the registry has (one entry there adds a backend's name here).
+BackendName = Literal[("auto", *NAMES)]  # type: ignore[valid-type]
+
 PEER_ADDR = re.compile(r"^/(ip4|ip6|dns|dns4|dns6)/[^/\s]+/tcp/\d{1,5}/p2p/[1-9A-HJ-NP-Za-km-z]{32,64}$")
 
 
@@ -23,7 +28,7 @@ class ModelSection(_Section):
 
 
 class BackendSection(_Section):
-    kind: Literal["auto", "cpu", "cuda", "mlx"] = "auto"
+    kind: BackendName = "auto"
     threads: int | None = Field(default=None, ge=1, le=1024)
 
 

@@ -1,4 +1,4 @@
-"""The node's backend: described from the config, built by `backends.factory`, and released
+"""The node's backend: described from the config, built by `backends.registry`, and released
 during a long suspension (the model's memory goes back to the machine's owner) then rebuilt
 from the latest checkpoint on resume."""
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...backends.base import Backend, BackendUnavailable
-from ...backends.factory import build_backend
+from ...backends.registry import build_backend
 from ...backends.hf_from_gguf import is_converted
 from ...backends.settings import BackendSpec, GrpoSettings, LoraSettings, OptimSettings
 from .checkpoint import latest_checkpoint
@@ -22,11 +22,11 @@ from ..paths import Paths
 BackendBuilder = Callable[[BackendSpec], Backend]
 
 
-def loading_note(model: ResolvedModel, backend_kind: str, cache_dir: Path) -> str:
-    """What loading the backend involves: on a first CPU run, the model's one-time conversion."""
-    if backend_kind == "cpu" and model.gguf is not None:
-        if not is_converted(model.gguf, cache_dir):
-            return f"loading {model.name}, and converting it for the trainer (once; about a minute on a small CPU)"
+def loading_note(model: ResolvedModel, cache_dir: Path) -> str:
+    """What loading the backend involves: on a first run, the GGUF model's one-time conversion
+    into the folder every backend's trainer loads."""
+    if model.gguf is not None and not is_converted(model.gguf, cache_dir):
+        return f"loading {model.name}, and converting it for the trainer (once; about a minute on a small CPU)"
     return f"loading {model.name}"
 
 
@@ -46,11 +46,7 @@ def backend_spec(config: Config, paths: Paths, build: BuildSettings, model: Reso
         grpo=GrpoSettings.from_config(t),
         seed=seed,
         full=t.mode == "full",
-        cpu_bf16=build.cpu_bf16,
-        cpu_bf16_forced=build.cpu_bf16_forced,
-        cpu_bf16_reason=build.cpu_bf16_reason,
-        cpu_compile=build.cpu_compile,
-        cpu_compile_reason=build.cpu_compile_reason,
+        cpu_trainer=build.cpu_trainer,
     )
 
 

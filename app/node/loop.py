@@ -1,7 +1,7 @@
 """The node: rounds until told to stop, a checkpoint after every one. Viewers learn what happens
 through events; the parts around the loop live in their own modules:
 
-  backend_slot   the backend (built by backends.factory; released during long suspensions)
+  backend_slot   the backend (built by backends.registry; released during long suspensions)
   resume         where to start from, and what a checkpoint holds
   held_out       when the held-out score is measured, and measuring it
   status         what viewers and `swarmling status` read of the node, and the log file's lines
@@ -26,7 +26,7 @@ from dataclasses import replace
 
 
 from ...backends.base import Abandoned, Backend, StopCheck
-from ...backends.factory import build_backend
+from ...backends.registry import build_backend
 from ..config import Config
 from ..errors import NodeError
 from ..events import (Listener, NodeStarted, Notice, PhaseChanged, Preparing, RoundFinished, RoundRollouts, StateChanged,
@@ -136,7 +136,7 @@ class Node(NodeControls):
         self.seed = start.seed
         spec = backend_spec(cfg, self.paths, self.sizing.build, self.model, self.seed % 2**31)
         self.slot = BackendSlot(spec, self.paths.checkpoints, self._build)
-        self.emit(Preparing(loading_note(self.model, spec.kind, self.paths.cache_dir)))
+        self.emit(Preparing(loading_note(self.model, self.paths.cache_dir)))
         backend = self.slot.open()
         self.curriculum, self.waiting, self.awaiting_rescue = restore(start, backend, self.preset, self.emit)
         try:

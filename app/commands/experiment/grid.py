@@ -22,7 +22,7 @@ import psutil
 
 from ....backends.atomic import write_atomic
 from ....backends.base import Backend
-from ....backends.factory import build_backend
+from ....backends.registry import build_backend
 from ....backends.settings import BackendSpec
 from ...config import Config, load_config
 from ...errors import NodeError
