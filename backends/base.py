@@ -10,6 +10,7 @@ and restored (`Trainer`); the adapter is then handed from the trainer to the sam
 from __future__ import annotations
 
 import abc
+from contextlib import AbstractContextManager
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,11 @@ class Sampler(abc.ABC):
     ) -> GenerationResult:
         """`n` completions for each prompt. If `should_stop()` turns true the call returns early with
         the unfinished completions marked "abandoned"."""
+
+    def base_sampling(self) -> AbstractContextManager[None] | None:
+        """A block within which `generate` samples the base model, the adapter off; None where this
+        sampler cannot (the node then scores the base model before its first round, not after)."""
+        return None
 
 
 @dataclass(frozen=True)

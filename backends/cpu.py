@@ -205,6 +205,9 @@ class CpuBackend(TorchTrainedBackend):
         ids = [self.encode_prompt(p) for p in prompts]
         return self.generator.generate(ids, n, params, should_stop, on_progress)
 
+    def base_sampling(self):
+        return self.generator.base_weights()  # llama.cpp applies the adapter per context: off, then on
+
     def train_step(
         self, samples: Sequence[TrainSample], should_stop: StopCheck | None = None, on_progress: ProgressCallback | None = None
     ) -> TrainStats:

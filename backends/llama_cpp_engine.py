@@ -4,6 +4,7 @@ The sampler on top of it is llama_cpp_generator.py."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from collections.abc import Sequence
@@ -71,6 +72,7 @@ class LlamaCppEngine:
         self._ctx_seqs = 0
         self._ctx_batch = 0
         self._adapter = None
+        self._adapter_off = False  # the base model alone for a while (base_weights)
         self._adapter_path: Path | None = None
         self._piece_cache: dict[int, bytes] = {}
 
@@ -166,10 +168,22 @@ class LlamaCppEngine:
         if old is not None:
             lc.llama_adapter_lora_free(old)
 
+    @contextlib.contextmanager
+    def base_weights(self):
+        """Decode with the base model alone within this block: the adapter stays loaded and is
+        applied again after (a context made meanwhile starts without it too)."""
+        self._adapter_off = True
+        self._apply_adapter()
+        try:
+            yield
+        finally:
+            self._adapter_off = False
+            self._apply_adapter()
+
     def _apply_adapter(self) -> None:
         if self._ctx is None:
             return
-        if self._adapter is None:
+        if self._adapter is None or self._adapter_off:
             rc = lc.llama_set_adapters_lora(self._ctx, None, 0, None)
         else:
             adapters = (lc.llama_adapter_lora_p_ctypes * 1)(self._adapter)

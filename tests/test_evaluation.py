@@ -42,6 +42,47 @@ def test_a_node_scores_its_start_and_every_n_rounds(tmp_path):
     assert all(0 <= r["eval_accuracy"] <= 1 and r["eval_per_dataset"] for r in recs if "eval_of_round" in r)
 
 
+def test_a_node_whose_sampler_can_switch_its_adapter_off_trains_first_and_scores_the_base_after(tmp_path):
+    """The base model's evaluation costs minutes on a small CPU: where the sampler can sample the
+    base model later (the CPU backend's llama.cpp, test_handoff.py), round 1 runs first and the
+    base is scored at its end, with the adapter off; the record is the same as before."""
+    import contextlib
+
+    from swarmling.app.events import PhaseChanged, Preparing
+
+    class AdapterOff(FakeBackend):
+        base_now = False
+        base_calls = 0
+
+        def base_sampling(self):
+            @contextlib.contextmanager
+            def off():
+                self.base_now = True
+                try:
+                    yield
+                finally:
+                    self.base_now = False
+            return off()
+
+        def generate(self, prompts, n, params, should_stop=None, on_progress=None):
+            self.base_calls += self.base_now
+            return super().generate(prompts, n, params, should_stop, on_progress)
+
+    events: list = []
+    node, _ = make_node(tmp_path, events, **{"eval.every_rounds": 2})
+    built: list = []
+    node._build = lambda spec: built.append(AdapterOff()) or built[-1]
+    try:
+        assert node.run(2) == 2
+    finally:
+        node.close()
+    assert [r.get("eval_of_round") for r in records(tmp_path)] == [0, 2]
+    base_shown = next(i for i, e in enumerate(events) if isinstance(e, Preparing) and "base model" in e.what)
+    first_round = next(i for i, e in enumerate(events) if isinstance(e, PhaseChanged) and e.round == 1)
+    assert first_round < base_shown  # round 1 ran before the base model was scored
+    assert built[0].base_calls > 0 and not built[0].base_now  # scored with the adapter off, then on again
+
+
 def test_a_restart_does_not_measure_again_the_weights_its_last_round_measured(tmp_path):
     # An evaluation costs about four rounds: a node (or an experiment resumed with more rounds)
     # restarting right after an evaluation round must not pay it twice, nor just before one (that

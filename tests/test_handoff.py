@@ -113,3 +113,27 @@ def test_gemma3_hand_off_matches_torch(tmp_path):
         assert np.corrcoef(effect_cpp.ravel(), effect_torch.ravel())[0, 1] >= 0.98
     finally:
         backend.close()
+
+
+def test_base_sampling_samples_the_base_model_with_an_adapter_loaded(backend):
+    """The node scores the base model after its first update (app/node/held_out.py): within
+    `base_sampling` llama.cpp decodes without the adapter, token for token as before it had one
+    (seeded), and the adapter is back after the block."""
+    from swarmling.backends.base import SamplingParams
+
+    prompts = [ChatPrompt("Be brief.", "What is 17 + 25?", ""), ChatPrompt("", "Name a colour.", "")]
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=7)
+
+    def tokens():
+        return [[c.token_ids for c in row] for row in backend.generate(prompts, 4, params).completions]
+
+    base = tokens()
+    randomise_adapter(backend, std=0.1, seed=5)
+    backend.hand_off()
+    adapted = tokens()
+    assert adapted != base
+    with backend.base_sampling():
+        assert tokens() == base
+        backend.generator.release_context()  # a context made within the block starts without it too
+        assert tokens() == base
+    assert tokens() == adapted

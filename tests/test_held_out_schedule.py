@@ -40,3 +40,42 @@ def test_a_resume_between_evaluations_records_the_start_then_the_due_rounds():
     measured, records = run(every=5, start_round=2, rounds=8)
     assert records[0] == (2, 2) and records[2] == (5, 5) and records[7] == (10, 10)
     assert [r for r in records if r is not None] == [(2, 2), (5, 5), (10, 10)] and measured == [2, 5, 10]
+
+
+def test_where_the_sampler_can_switch_its_adapter_off_the_base_is_scored_after_the_first_round():
+    """The first update comes before the base model's evaluation (minutes on a small CPU); the
+    base model's score still reaches the first record, and nothing else is measured for it."""
+    scores, base = Scores(), Scores()
+    schedule = HeldOutSchedule(10, scores)
+    schedule.at_start(0, key="base", should_stop=lambda: False, measure_base=base)
+    assert base.measured == [] and scores.measured == []  # nothing before round 1
+    records = [schedule.after_round(r) for r in range(1, 11)]
+    assert records[0] == (0, 0) and base.measured == [0]
+    assert [r for r in records if r is not None] == [(0, 0), (10, 10)] and scores.measured == [10]
+
+
+def test_a_deferred_base_score_told_to_stop_is_measured_at_a_later_rounds_end():
+    from swarmling.backends.base import Abandoned
+
+    calls = []
+
+    def base(weights_round, should_stop):
+        calls.append(weights_round)
+        if len(calls) == 1:
+            raise Abandoned("paused")
+        return "base"
+
+    schedule = HeldOutSchedule(10, Scores())
+    schedule.at_start(0, key="base", should_stop=lambda: False, measure_base=base)
+    assert schedule.after_round(1, lambda: True) is None  # paused during it: the round's record has none
+    assert schedule.after_round(2) == ("base", 0) and calls == [0, 0]
+
+
+def test_nodes_sharing_a_base_score_measure_it_once_whether_deferred_or_not():
+    shared: dict = {}
+    first, second = Scores(), Scores()
+    a, b = HeldOutSchedule(10, Scores(), shared), HeldOutSchedule(10, Scores(), shared)
+    a.at_start(0, key="base", should_stop=lambda: False, measure_base=first)
+    b.at_start(0, key="base", should_stop=lambda: False, measure_base=second)
+    assert a.after_round(1) == (0, 0) and b.after_round(1) == (0, 0)
+    assert first.measured == [0] and second.measured == []

@@ -24,34 +24,51 @@ class HeldOutSchedule:
         self._base_scores = base_scores
         self._pending: HeldOutScore | None = None  # the start's score, for the first round's record
         self._start_done = False
+        self._base_due: tuple[Measure, Hashable] | None = None  # the base model's score, deferred
 
     def resumed_at(self, round_no: int, saved_record: dict | None) -> None:
         """The weights we resume from were measured when their round ended: no need to again."""
         self._start_done = round_no > 0 and (saved_record or {}).get("eval_of_round") == round_no
 
-    def at_start(self, round_no: int, key: Hashable, should_stop: StopCheck) -> None:
-        """The score of the weights the node starts from (the base model on a fresh start)."""
+    def at_start(self, round_no: int, key: Hashable, should_stop: StopCheck, measure_base: Measure | None = None) -> None:
+        """The score of the weights the node starts from (the base model on a fresh start).
+        `measure_base`, where the sampler can switch its adapter off: a fresh node scores the
+        base model after its first round instead, so that its first update comes minutes sooner
+        (the same score: the base's sampling is seeded, whatever the adapter holds by then)."""
         if not self.every_rounds or self._start_done:
             return
         if round_no > 0 and (round_no + 1) % self.every_rounds == 0:
             return  # a resume just before a due round: that round's end measures newer weights at once
         shared = self._base_scores if self._base_scores is not None and round_no == 0 else {}
+        if key not in shared and round_no == 0 and measure_base is not None:
+            self._base_due, self._start_done = (measure_base, key), True
+            return
         try:
-            result = shared.get(key) or self._measure(round_no, should_stop)
+            result = shared[key] if key in shared else self._measure(round_no, should_stop)
         except Abandoned:
             return  # paused or stopped at once: the first scheduled evaluation measures it later
         shared[key] = result
         self._pending = (result, round_no)
         self._start_done = True
 
-    def after_round(self, round_no: int) -> HeldOutScore | None:
+    def after_round(self, round_no: int, should_stop: StopCheck | None = None) -> HeldOutScore | None:
         """The score for this round's record: the start's, once (a record holds one score, and the
         base model's must not be lost: with `every_rounds = 1` the first round's own weights then go
         unmeasured, the second's are); else measured now when due (the update is applied, so it
-        cannot be abandoned: the checkpoint must follow)."""
+        cannot be abandoned: the checkpoint must follow). The deferred base model's score may be
+        (`should_stop`): it is then measured at a later round's end."""
         every, pending, self._pending = self.every_rounds, self._pending, None
         if pending is not None:
             return pending
+        if self._base_due is not None:
+            measure_base, key = self._base_due
+            shared = self._base_scores if self._base_scores is not None else {}
+            try:
+                result = shared[key] if key in shared else measure_base(0, should_stop)
+            except Abandoned:
+                return None
+            shared[key], self._base_due = result, None
+            return result, 0
         if every and round_no % every == 0:
             return self._measure(round_no, None), round_no
         return None

@@ -188,7 +188,7 @@ class Node(NodeControls):
         done = 0
         if not self.lifecycle.held:
             self.emit(StateChanged("running"))
-            self.held_out.at_start(self.round, self._base_score_key(), self._drops_round)
+            self.held_out.at_start(self.round, self._base_score_key(), self._drops_round, self._base_measure())
         while rounds is None or done < rounds:
             wait_while_held(self.lifecycle, self.slot, self.config.resources.release_memory_after_s, self.emit)
             if self.lifecycle.stopping:
@@ -263,7 +263,7 @@ class Node(NodeControls):
                      used_external: Sequence[QuestionGroup]) -> RoundClosing:
         """The round's update is applied: the swarm's figures, and the held-out score when due."""
         rejected, swarm_stats = self.swarm.finish_round(trained, used_external)
-        held_out = self.held_out.after_round(round_no)
+        held_out = self.held_out.after_round(round_no, self._drops_round)
         best = self.best.best
         if held_out is not None and self.best.improves(held_out[0].accuracy, held_out[1]):
             best = Best(held_out[0].accuracy, held_out[1])  # kept once its checkpoint is written
@@ -276,6 +276,20 @@ class Node(NodeControls):
     def _measure(self, weights_round: int, should_stop: StopCheck | None) -> EvalResult:
         return measure(self.slot.backend, self.preset, self.config.reward.prefill_answer, self.sizing.shape.max_new_tokens,
                        self.curriculum.levels(), weights_round, not self._rounds_begun, self.emit, should_stop)
+
+    def _base_measure(self):
+        """Scores the base model with the adapter off, on the levels the node starts at; None where
+        the backend's sampler cannot switch its adapter off (the base is then scored first)."""
+        if self.slot.backend.base_sampling() is None:
+            return None
+        levels = self.curriculum.levels()
+
+        def measure_base(weights_round: int, should_stop: StopCheck | None) -> EvalResult:
+            backend = self.slot.backend
+            with backend.base_sampling():
+                return measure(backend, self.preset, self.config.reward.prefill_answer,
+                               self.sizing.shape.max_new_tokens, levels, 0, True, self.emit, should_stop)
+        return measure_base
 
     def _drops_round(self) -> bool:
         return self.lifecycle.drops_round(self.config.resources.on_suspend == "abandon")
