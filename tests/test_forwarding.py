@@ -1,11 +1,12 @@
-"""Forwarding others' announcements stays within an upload budget (app/swarm/host/forwarding.py)."""
+"""Forwarding others' announcements, and serving under the user's cap, stay within an upload budget
+(app/swarm/host/forwarding.py)."""
 
 from __future__ import annotations
 
 import pytest
 from swarm_peers import forwarding_flood
 
-from swarmling.app.swarm.host.forwarding import BURST_S, ForwardBudget
+from swarmling.app.swarm.host.forwarding import BURST_S, FORWARD_KIB_S, UploadBudget, split_cap
 
 
 class Clock:
@@ -18,7 +19,7 @@ class Clock:
 
 def test_a_message_costing_more_than_the_whole_burst_goes_when_the_bucket_is_full():
     clock = Clock()
-    budget = ForwardBudget(kib_s=1.0, clock=clock)  # a low cap: forwarding slows down, never stops
+    budget = UploadBudget(kib_s=1.0, clock=clock)  # a low cap: forwarding slows down, never stops
     assert budget.take(10 * int(BURST_S * 1024)) and not budget.take(1)
     clock.now = BURST_S
     assert budget.take(10 * int(BURST_S * 1024))
@@ -26,15 +27,23 @@ def test_a_message_costing_more_than_the_whole_burst_goes_when_the_bucket_is_ful
 
 def test_the_budget_lets_a_burst_through_then_its_rate_and_counts_what_it_withholds():
     clock = Clock()
-    budget = ForwardBudget(kib_s=1.0, clock=clock)  # 1 KiB/s, a burst of BURST_S KiB
+    budget = UploadBudget(kib_s=1.0, clock=clock)  # 1 KiB/s, a burst of BURST_S KiB
     burst = int(BURST_S * 1024)
     assert budget.take(burst) and not budget.take(1)
-    assert budget.withheld == 1 and budget.forwarded_bytes == burst
+    assert budget.withheld == 1 and budget.spent_bytes == burst
     clock.now = 2.0
     assert budget.take(2048) and not budget.take(1)  # two seconds later: two seconds' worth
     budget.kib_s = 0.5  # a live change (resources.bandwidth_kib_s) takes effect at once
     clock.now = 4.0
     assert budget.take(1024) and not budget.take(1)
+
+
+def test_the_users_cap_splits_the_upload_between_forwarding_and_serving():
+    assert split_cap(None, FORWARD_KIB_S) == (FORWARD_KIB_S, float("inf"))
+    assert split_cap(40, FORWARD_KIB_S) == (20, 20)
+    assert split_cap(400, FORWARD_KIB_S) == (FORWARD_KIB_S, 200)  # forwarding never above its own budget
+    unlimited = UploadBudget(float("inf"))
+    assert all(unlimited.take(10**9) for _ in range(3)) and unlimited.withheld == 0
 
 
 @pytest.mark.slow

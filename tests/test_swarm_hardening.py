@@ -35,6 +35,7 @@ from waiting import wait_until
 
 from swarmling.app.swarm.host import admission, bundle_protocol, pubsub_guard
 from swarmling.app.swarm.host.bundle_protocol import FetchOutcome
+from swarmling.app.swarm.host.forwarding import SERVE_BURST_S
 from swarmling.app.swarm.host.host import CONNECTIONS
 from swarmling.app.swarm.p2p.identity import new_identity
 from swarmling.app.swarm.verification.board import NEWCOMER_BUNDLES
@@ -387,3 +388,29 @@ def test_a_peer_asking_for_the_same_bundle_again_gets_it_once(tmp_path, monkeypa
     finally:
         h.stop()
         b.stop()
+
+
+def test_serving_stays_within_the_users_upload_cap_and_a_refused_peer_may_ask_again(tmp_path):
+    # issue 41: resources.bandwidth_kib_s held fetching and forwarding, not serving. Under a cap,
+    # serving gets half of it (host/forwarding.py): a request over the budget is answered "busy"
+    # (the fetcher is not blamed) and the peer is not counted as served, so it may ask again.
+    b, h = connected_pair(tmp_path)
+    try:
+        protocol = b.host.settings.fetch_protocol
+        bundles = [bundle_and_announcement(b.peer_id, real_groups(2, LONG), round_no=r)[0] for r in (1, 2)]
+        for body in bundles:
+            b._own[digest(body)] = body
+        size = len(bundles[0])
+        b.cap_upload(2 * 1.5 * size / 1024 / SERVE_BURST_S)  # serving's burst: one and a half bundles
+        first = h.send_raw(b.peer_id, protocol, digest(bundles[0]).encode() + b"\n", read_s=2.0)
+        refused = h.send_raw(b.peer_id, protocol, digest(bundles[1]).encode() + b"\n", read_s=2.0)
+        assert first[4:] == bundles[0]
+        assert refused == (0xFFFFFFFF).to_bytes(4, "big") and b.host.serving.withheld == 1
+        assert b.host.gossip_figures()["serves_withheld"] == 1
+        b.cap_upload(None)  # the cap lifted (a live setting): the same peer gets it now
+        again = h.send_raw(b.peer_id, protocol, digest(bundles[1]).encode() + b"\n", read_s=2.0)
+        assert again[4:] == bundles[1]
+    finally:
+        h.stop()
+        b.stop()
+

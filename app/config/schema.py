@@ -254,8 +254,9 @@ class ResourcesSection(_Section):
     on_suspend: Literal["abandon", "finish"] = "abandon"  # the round in flight when a rule suspends the node
     release_memory_after_s: int = Field(default=900, ge=0)  # suspended this long: free the model (0: never)
     check_every_s: float = Field(default=15.0, ge=1, le=3600)
-    # Swarm traffic cap, KiB/s averaged over a round: bundles fetched (unset: swarm.inbound_kib_per_round)
-    # and others' announcements forwarded (unset: 64 KiB/s, swarm/host/forwarding.py).
+    # Swarm traffic cap, KiB/s averaged over a round: bundles fetched (unset: swarm.inbound_kib_per_round),
+    # and the upload, half for others' announcements forwarded (unset: 64 KiB/s) and half for our
+    # bundles served (unset: the upload slots alone): swarm/host/forwarding.py.
     bandwidth_kib_s: int | None = Field(default=None, ge=1)
 
     @field_validator("windows")

@@ -112,7 +112,7 @@ class OnlineSwarm(OfflineSwarm):
 
     def start_round(self, rng: np.random.Generator, config: Config, last_round_seconds: float | None) -> None:
         super().start_round(rng, config, last_round_seconds)
-        self.network.cap_forwarding(config.resources.bandwidth_kib_s)
+        self.network.cap_upload(config.resources.bandwidth_kib_s)
         # fetches run on the network thread while we generate
         self.network.plan_fetches(rng, inbound_budget(config, last_round_seconds))
 

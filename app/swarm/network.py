@@ -34,6 +34,7 @@ from ..learning.rollout import QuestionGroup
 from ..learning.round_record import SwarmRoundStats
 from .given import GivenLog
 from .host.bundle_protocol import FetchOutcome
+from .host.forwarding import split_cap
 from .host.host import HostHealth, HostSettings, SwarmHost, parse_peer_addr
 from .nat.reachability import Reachability
 from .nat.relay import is_circuit
@@ -285,12 +286,14 @@ class SwarmNetwork:
             shards=self.shard_level.shards,
         )
 
-    def cap_forwarding(self, kib_s: float | None) -> None:
-        """Forward others' announcements within `kib_s` (resources.bandwidth_kib_s), or within the
-        host's budget where that is lower or no cap is set (host/forwarding.py)."""
+    def cap_upload(self, kib_s: float | None) -> None:
+        """Upload within `kib_s` (resources.bandwidth_kib_s; None: no cap): half for forwarding
+        others' announcements (or the host's own budget, if lower), half for serving our bundles
+        (host/forwarding.py)."""
+        forwarding, serving = split_cap(kib_s, self.host.settings.forward_kib_s)
         if self.host.forwarding is not None:
-            ceiling = self.host.settings.forward_kib_s
-            self.host.forwarding.kib_s = min(ceiling, kib_s) if kib_s else ceiling
+            self.host.forwarding.kib_s = forwarding
+        self.host.serving.kib_s = serving
 
     # ---- network-thread callbacks --------------------------------------------------------------
     def _serve(self, wanted: str) -> bytes | None:

@@ -40,6 +40,7 @@ from libp2p.peer.id import ID
 
 from ..nat.relay import is_circuit, relay_of
 from ..p2p.streams import read_exact, read_line, remote_peer, reset_quietly
+from .forwarding import UploadBudget
 
 log = logging.getLogger("swarmling.swarm")
 
@@ -104,6 +105,7 @@ class BundleExchange:
         keeps_connection: Callable[[str], bool],
         dial_author: DialAuthor,
         on_served: Callable[[str], None] = lambda peer: None,
+        upload: UploadBudget | None = None,
     ) -> None:
         self._host = host
         self._protocol = protocol
@@ -114,6 +116,7 @@ class BundleExchange:
         self._keeps_connection = keeps_connection  # peer id -> is it a dial target
         self._dial_author = dial_author  # connects to an author we have no connection with (dialer.py)
         self._on_served = on_served  # peer id, once one of our bundles was written to it whole (given.py)
+        self._upload = upload  # the user's upload cap for serving (forwarding.py); None: slots alone
         self.relayed_serves = RelayedServes()
         self.served = ServedOnce()
         self._fetch_limit = trio.Semaphore(MAX_FETCHING)
@@ -258,9 +261,13 @@ class BundleExchange:
             async with self._serve_limit:
                 with trio.move_on_after(REQUEST_TIMEOUT_S):
                     wanted = (await read_line(stream, REQUEST_LINE_LIMIT)).decode("ascii", "replace")
-                    body = self._source(wanted)
-                    if body is not None and not self.served.first(remote_peer(stream), wanted):
+                    body, peer = self._source(wanted), remote_peer(stream)
+                    if body is not None and not self.served.first(peer, wanted):
                         body = None  # this peer had it already: "no longer have it" (for you)
+                    if body is not None and self._upload is not None and not self._upload.take(len(body)):
+                        self.served.forget(peer, wanted)  # not served: it may ask again
+                        await stream.write(struct.pack(">I", BUSY))
+                        return True
                     reply = struct.pack(">I", 0) if body is None else struct.pack(">I", len(body)) + body
                     with trio.move_on_after(FIRST_BYTE_S + len(reply) / MIN_RATE_BPS) as writing:
                         await stream.write(reply)
@@ -325,6 +332,10 @@ class ServedOnce:
             return False
         peers.add(peer)
         return True
+
+    def forget(self, peer: str, digest: str) -> None:
+        """`peer` did not get `digest` after all (refused for load): it may ask again."""
+        self._served.get(digest, set()).discard(peer)
 
 
 class RelayedServes:

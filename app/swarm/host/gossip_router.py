@@ -11,14 +11,14 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 
 from .admission import Rank
-from .forwarding import ForwardBudget
+from .forwarding import UploadBudget
 from .mesh import KeepingGossipSub
 
 GOSSIPSUB_PROTOCOL = TProtocol("/meshsub/1.1.0")
 
 
 def gossip_router(keeps: Callable[[str], bool], rank: Rank, app_score: Callable[[str], float],
-                  forwarding: ForwardBudget | None) -> KeepingGossipSub:
+                  forwarding: UploadBudget | None) -> KeepingGossipSub:
     """`keeps`: peers pruned from the mesh last (dial targets, proven peers); `rank`: the rest's
     order (admission.Rank); `app_score`: what the node learnt from a peer's bundles (P6);
     `forwarding`: the upload forwarding may use (forwarding.py; None: a helper's, unbounded)."""

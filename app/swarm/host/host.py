@@ -69,7 +69,7 @@ from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_
 from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome, with_words
 from .dialer import AuthorDialer, DialCooldown, Dialer, parse_peer_addr
 from .gossip_router import GOSSIPSUB_PROTOCOL, gossip_figures, gossip_router
-from .forwarding import FORWARD_KIB_S, ForwardBudget
+from .forwarding import FORWARD_KIB_S, SERVE_BURST_S, UploadBudget
 from .keep_policy import KeepPolicy
 from .publishing import Publisher
 from .thanks import Thanks, thanks_protocol
@@ -187,7 +187,9 @@ class SwarmHost:
         self._bound_port = 0  # the port the first start got (settings may say 0): restarts keep it
         self._publisher = Publisher(settings.topic, self.shards, self._dialer)
         # Forwarding others' announcements within an upload budget (forwarding.py); a helper forwards freely.
-        self.forwarding = None if settings.helper else ForwardBudget(settings.forward_kib_s)
+        self.forwarding = None if settings.helper else UploadBudget(settings.forward_kib_s)
+        # Serving our bundles: unbounded but for its slots, until the user caps the upload (network.cap_upload).
+        self.serving = UploadBudget(float("inf"), burst_s=SERVE_BURST_S)
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -242,7 +244,8 @@ class SwarmHost:
     def gossip_figures(self) -> dict:
         """Who this node gossips with: pubsub peers, mesh peers, the lowest score among them, and
         the announcements it did not forward for want of upload budget (since it started)."""
-        return gossip_figures(self._pubsub) | {"forwards_withheld": self.forwarding.withheld if self.forwarding else 0}
+        return gossip_figures(self._pubsub) | {"forwards_withheld": self.forwarding.withheld if self.forwarding else 0,
+                                               "serves_withheld": self.serving.withheld}
 
     def connection_figures(self) -> dict[str, int]:
         """Connections held now, by the first reason each is kept (keep_policy.py)."""
@@ -316,7 +319,7 @@ class SwarmHost:
         authors = AuthorDialer(host, self.cooldown, dial_circuit=relay_client.dial if relay_client else None)
         self._bundles = BundleExchange(host, s.fetch_protocol, s.fetch_timeout_s, self._serve, self._on_fetched,
                                        self.fetch_latency_s, keeps_connection=self._keep.valued,
-                                       dial_author=authors.dial, on_served=self._on_served)
+                                       dial_author=authors.dial, on_served=self._on_served, upload=self.serving)
         if s.mdns:
             from libp2p.discovery.events.peerDiscovery import peerDiscovery
 

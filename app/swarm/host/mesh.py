@@ -40,7 +40,7 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 
 from .admission import Rank
-from .forwarding import ForwardBudget
+from .forwarding import UploadBudget
 
 # Beyond a few heartbeats (1 s each) of clock and delivery skew between two sides' backoffs.
 GRAFT_BACKOFF_SLACK_S = 3
@@ -48,7 +48,7 @@ MAX_AGE_BUCKET = 12  # 2^12 s: past about an hour, age no longer orders peers
 
 
 class KeepingGossipSub(GossipSub):
-    def __init__(self, *args, keeps: Callable[[str], bool], rank: Rank, forwarding: ForwardBudget | None = None,
+    def __init__(self, *args, keeps: Callable[[str], bool], rank: Rank, forwarding: UploadBudget | None = None,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._keeps = keeps  # dial targets and proven peers: pruned last
