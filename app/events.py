@@ -113,6 +113,18 @@ class PeerView:
 
 
 @dataclass(frozen=True)
+class SwarmHealth:
+    """The libp2p host as `swarmling status` shows it (it crosses the control socket as JSON)."""
+
+    running: bool
+    restarts: int
+    last_error: str | None
+    reachability: str  # nat/reachability.py's state
+    reachability_text: str  # ... in words
+    cut_off_rounds: int  # rounds in a row in no gossip mesh while connected, once worth saying (0: not)
+
+
+@dataclass(frozen=True)
 class SwarmUpdated:
     peer_id: str
     listen_addrs: tuple[str, ...]

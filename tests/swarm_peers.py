@@ -307,7 +307,7 @@ def forwarding_flood(tmp_path, identities: int, each: int, forward_kib_s: float,
         for h in crowd:
             h.start()
         assert wait_until(lambda: len(b.host.connected_peers()) == identities, timeout_s=60)
-        assert wait_until(lambda: b.host.gossip_figures()["mesh_peers"] >= min(identities, 6), timeout_s=30)
+        assert wait_until(lambda: b.host.gossip_figures().mesh_peers >= min(identities, 6), timeout_s=30)
         time.sleep(settle_s)  # joins, subscriptions and grafts settle before the measured window
         _, out_before = b.host.counters.snapshot()
         received_before, started = b.board.received, time.monotonic()
@@ -322,7 +322,7 @@ def forwarding_flood(tmp_path, identities: int, each: int, forward_kib_s: float,
         return {"offered": offered, "accepted": b.board.received - received_before,
                 "upload_kib": (out_after - out_before) / 1024, "seconds": seconds,
                 "withheld": b.host.forwarding.withheld, "forwarded_kib": b.host.forwarding.forwarded_bytes / 1024,
-                "mesh_peers": b.host.gossip_figures()["mesh_peers"]}
+                "mesh_peers": b.host.gossip_figures().mesh_peers}
     finally:
         for h in crowd:
             h.stop()

@@ -13,6 +13,7 @@ from swarmling.app.commands.reset import reset_command
 from swarmling.app.errors import NodeError
 from swarmling.app.learning.evaluation import EvalResult
 from swarmling.app.node.best import read_best
+from swarmling.app.node.status import BestScore
 from swarmling.app.paths import resolve_paths
 
 
@@ -45,7 +46,7 @@ def test_the_best_evaluation_keeps_its_checkpoint_and_every_record_says_which(tm
     assert sorted(p.name for p in (tmp_path / "state" / "checkpoints").iterdir()) == ["best", "round-00000006"]
     recs = records(tmp_path)
     assert [(r["eval_best_accuracy"], r["eval_best_of_round"]) for r in recs[1:]] == [(0.30, 2)] * 5
-    assert status["best"] == {"accuracy": 0.30, "round": 2}
+    assert status.best == BestScore(accuracy=0.30, round=2)
     # measured on another preset's held-out set, it is no best of this one's: the next evaluation replaces it
     assert read_best(tmp_path / "state" / "checkpoints", "starter-2").accuracy == 0.30
     assert read_best(tmp_path / "state" / "checkpoints", "sapo9") is None

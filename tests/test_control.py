@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from waiting import wait_until
+from swarmling.app.events import SwarmHealth
 from swarmling.app.node.control import ControlError, handle, send, socket_path
+from swarmling.app.node.status import BestScore, LastRound, NodeStatus
 
 
 class Recorder:
@@ -20,7 +22,7 @@ class Recorder:
         self.calls = []
 
     def status(self):
-        return {"state": "running"}
+        return NodeStatus.from_dict({"state": "running"})
 
     def pause(self, finish_round=False):
         self.calls.append("finish" if finish_round else "pause")
@@ -37,6 +39,20 @@ def test_requests_map_to_controls_and_bad_ones_are_refused():
     for raw in (b"\xff", b"[]", b'{"cmd": "rm -rf"}', b"{}"):
         reply = handle(node, raw)
         assert not reply["ok"] and reply["error"]
+
+
+def test_the_status_crosses_the_socket_whole_and_an_older_nodes_reads_with_defaults():
+    status = NodeStatus(state="running", detail="", round=3, phase="train", suspended_for=None, pid=7,
+                        model="smollm2-135m", backend="cpu", peers=2,
+                        swarm_host=SwarmHealth(True, 0, None, "public", "dialled back", 0), swarm_share=0.25,
+                        given="your rollouts: fetched 3x by 2 peers in 24 h",
+                        last_round=LastRound(3, 0.4, 2, 8, 12.0, 30.0, 5, ""), best=BestScore(0.2, 2))
+    assert NodeStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+    older = status.to_dict()
+    del older["last_round"]["learnable_groups"], older["swarm_share"]
+    older["a_later_field"] = 1
+    read = NodeStatus.from_dict(older)
+    assert read.last_round.learnable_groups is None and read.swarm_share is None and read.best == status.best
 
 
 def test_no_node_running_is_a_clear_error(tmp_path):

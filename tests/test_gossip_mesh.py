@@ -91,7 +91,7 @@ def test_honest_nodes_stay_meshed_and_hear_each_other_through_a_slow_loris_attac
             while time.monotonic() - started < WATCH_S:
                 assert both_meshed(victim, friend), f"wave {wave}: the honest pair fell out of each other's mesh"
                 for node in (victim, friend):
-                    peak[node.peer_id] = max(peak[node.peer_id], node.host.gossip_figures()["mesh_peers"])
+                    peak[node.peer_id] = max(peak[node.peer_id], node.host.gossip_figures().mesh_peers)
                 time.sleep(0.1)
             assert friend_reaches_victim(10 + wave), f"wave {wave}: the friend's announcement never reached the victim"
         # after the attack's fetches were cut off (the heartbeat's own fate: the test above)

@@ -116,7 +116,7 @@ def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
         node.check_guest(Readings(now=plugged + timedelta(seconds=2.1), on_battery=False))
         assert node.suspended_for is None
         assert wait_until(lambda: node.round >= 1, 300)
-        assert node.round >= 1 and node.status()["last_round"]["round"] >= 1
+        assert node.round >= 1 and node.status().last_round.round >= 1
         # ... and reloaded to resume
         assert any("released the model's memory" in t for t in texts())
         assert node.backend is not None

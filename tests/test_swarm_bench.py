@@ -105,7 +105,7 @@ def settled(nodes: list[dict]) -> bool:
     for node in nodes:
         net = node["net"]
         dialled = {addr.rsplit("/p2p/", 1)[1] for addr in net.settings.peers}
-        if not dialled <= set(net.host.connected_peers()) or not net.host.gossip_figures()["mesh_peers"]:
+        if not dialled <= set(net.host.connected_peers()) or not net.host.gossip_figures().mesh_peers:
             return False
     return True
 

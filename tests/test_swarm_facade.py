@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from swarmling.app.events import Notice, SwarmUpdated
+from swarmling.app.events import Notice, SwarmHealth, SwarmUpdated
 from swarmling.app.learning.round_record import SwarmRoundStats
 from swarmling.app.swarm.facade import OfflineSwarm, OnlineSwarm
 from swarmling.app.swarm.host.supervision import HostHealth
@@ -67,9 +67,9 @@ def test_a_restarted_host_is_told_once_and_shows_in_status_and_the_swarm_view():
     assert len(warnings) == 1 and "restarted (1 so far): DecodeError" in warnings[0]
     last = [e for e in events if isinstance(e, SwarmUpdated)][-1]
     assert (last.host_restarts, last.host_error) == (1, "DecodeError: Error parsing message")
-    assert swarm.health() == {"running": True, "restarts": 1, "last_error": "DecodeError: Error parsing message",
-                              "reachability": "relayed", "reachability_text": "through relay oWHelper",
-                              "cut_off_rounds": 0}
+    assert swarm.health() == SwarmHealth(running=True, restarts=1, last_error="DecodeError: Error parsing message",
+                                         reachability="relayed", reachability_text="through relay oWHelper",
+                                         cut_off_rounds=0)
     _, stats = swarm.finish_round([], [])
     assert stats.host_restarts == 1 and stats.peers == 0
 
@@ -99,9 +99,9 @@ def test_a_node_connected_but_in_no_gossip_mesh_says_so_once_and_again_when_it_h
     for mesh in meshes:
         network.round_stats = lambda mesh=mesh: SwarmRoundStats(peers=15, gossip_peers=12, mesh_peers=mesh)
         swarm.finish_round([], [])
-        if mesh == 0 and swarm.health()["cut_off_rounds"]:
-            assert swarm.health()["cut_off_rounds"] >= CUT_OFF_ROUNDS
+        if mesh == 0 and swarm.health().cut_off_rounds:
+            assert swarm.health().cut_off_rounds >= CUT_OFF_ROUNDS
     texts = [e.text for e in events if isinstance(e, Notice)]
     warnings = [t for t in texts if "in no gossip mesh" in t]
     assert len(warnings) == 1 and "connected to 15 peer(s)" in warnings[0]
-    assert texts[-1] == "back in the gossip mesh (3 peer(s))" and swarm.health()["cut_off_rounds"] == 0
+    assert texts[-1] == "back in the gossip mesh (3 peer(s))" and swarm.health().cut_off_rounds == 0

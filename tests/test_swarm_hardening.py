@@ -406,7 +406,7 @@ def test_serving_stays_within_the_users_upload_cap_and_a_refused_peer_may_ask_ag
         refused = h.send_raw(b.peer_id, protocol, digest(bundles[1]).encode() + b"\n", read_s=2.0)
         assert first[4:] == bundles[0]
         assert refused == (0xFFFFFFFF).to_bytes(4, "big") and b.host.serving.withheld == 1
-        assert b.host.gossip_figures()["serves_withheld"] == 1
+        assert b.host.gossip_figures().serves_withheld == 1
         b.cap_upload(None)  # the cap lifted (a live setting): the same peer gets it now
         again = h.send_raw(b.peer_id, protocol, digest(bundles[1]).encode() + b"\n", read_s=2.0)
         assert again[4:] == bundles[1]

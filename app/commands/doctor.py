@@ -26,10 +26,11 @@ def swarm_report(config: Config, paths: Paths) -> None:
     print(f"  name {sw.name!r}, port {sw.port or 'any'}, {len(sw.bootstrap)} helper/bootstrap peer(s), "
           f"{len(sw.peers)} static peer(s), mDNS {'on' if sw.mdns else 'off'}")
     from ..node.control import ControlError, send
+    from ..node.status import NodeStatus
 
     try:
-        host = send(paths.state_dir, "status", timeout_s=2.0).get("swarm_host") or {}
-        print(f"  reachability (the running node): {host.get('reachability_text') or 'not reported yet'}")
+        host = NodeStatus.from_dict(send(paths.state_dir, "status", timeout_s=2.0)).swarm_host
+        print(f"  reachability (the running node): {(host and host.reachability_text) or 'not reported yet'}")
         return
     except ControlError:
         pass

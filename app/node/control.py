@@ -65,7 +65,7 @@ def handle(node: Controllable, raw: bytes) -> dict:
         node.pause(finish_round=True)
     elif cmd == "resume":
         node.resume()
-    return {"ok": True, "status": node.status()}
+    return {"ok": True, "status": node.status().to_dict()}
 
 
 class ControlServer:

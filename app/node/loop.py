@@ -58,7 +58,7 @@ from .resume import find_start, restore, write_checkpoint
 from .round_settings import intake_context, round_settings
 from .state_lock import StateDirLock
 from .steering import NodeControls
-from .status import StatusBoard
+from .status import NodeStatus, StatusBoard
 from .suspension import wait_while_held
 
 
@@ -99,8 +99,8 @@ class Node(NodeControls):
         self.board.observe(event)
         self._listener(event)
 
-    def status(self) -> dict:
-        """For `swarmling status`: plain data, safe to read from any thread."""
+    def status(self) -> NodeStatus:
+        """For `swarmling status`: safe to read from any thread."""
         backend = self.backend
         return self.board.snapshot(round_no=self.round, suspended_for=self.suspended_for,
                                    model=self.model.name if self.model is not None else None,

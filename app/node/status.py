@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from dataclasses import asdict, dataclass, fields
 
-from ..events import Event, Notice, RoundFinished, StateChanged
+from ..events import Event, Notice, RoundFinished, StateChanged, SwarmHealth
 from ..learning.round_record import RoundRecord
 from ..metrics import format_round
 
@@ -16,6 +17,61 @@ from ..metrics import format_round
 rounds_log = logging.getLogger("swarmling.rounds")
 rounds_log.propagate = False
 SWARM_SHARE_ROUNDS = 10  # rounds that trained, over which "learnt from the swarm" is averaged
+
+
+@dataclass(frozen=True)
+class LastRound:
+    round: int
+    reward_mean: float
+    solved: int
+    questions: int
+    wall_seconds: float
+    tokens_per_s: float
+    learnable_groups: int | None = None  # groups with right and wrong replies (None: an older node's status)
+    rescued_by: str = ""  # peers whose right replies gave signal to groups that had none
+
+
+@dataclass(frozen=True)
+class BestScore:
+    accuracy: float
+    round: int
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What `swarmling status` shows of a running node; crosses the control socket as JSON
+    (`to_dict`, which `status --json` prints as it came)."""
+
+    state: str
+    detail: str
+    round: int
+    phase: str
+    suspended_for: str | None
+    pid: int
+    model: str | None
+    backend: str | None
+    peers: int | None
+    swarm_host: SwarmHealth | None
+    swarm_share: float | None  # peers' groups' share of the advantage mass, last rounds that trained
+    given: str  # what this node's rollouts gave the swarm, in words (swarm/given.py)
+    last_round: LastRound | None
+    best: BestScore | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> NodeStatus:
+        """The status a node sent; keys this version lacks are ignored and missing ones take
+        their defaults (a node of another release may be the one running)."""
+        def typed(kind, value):
+            return None if value is None else kind(**{f.name: value[f.name] for f in fields(kind) if f.name in value})
+        plain = {f.name: data.get(f.name) for f in fields(cls)}
+        return cls(**plain | {"detail": data.get("detail") or "", "phase": data.get("phase") or "",
+                              "given": data.get("given") or "",
+                              "swarm_host": typed(SwarmHealth, data.get("swarm_host")),
+                              "last_round": typed(LastRound, data.get("last_round")),
+                              "best": typed(BestScore, data.get("best"))})
 
 
 class StatusBoard:
@@ -44,24 +100,17 @@ class StatusBoard:
         return round(sum(shares) / len(shares), 3) if shares else None
 
     def snapshot(self, *, round_no: int, suspended_for: str | None, model: str | None, backend: str | None,
-                 swarm_host: dict | None) -> dict:
-        """For `swarmling status`: plain data."""
+                 swarm_host: SwarmHealth | None) -> NodeStatus:
+        """For `swarmling status`."""
         m = self.last_record
-        return {
-            "state": self.state,
-            "detail": self.detail,
-            "round": round_no,
-            "phase": self.phase if self.state == "running" else "",
-            "suspended_for": suspended_for,
-            "pid": os.getpid(),
-            "model": model,
-            "backend": backend,
-            "peers": m.swarm.peers if m is not None and m.swarm is not None else None,
-            "swarm_host": swarm_host,
-            "swarm_share": self.swarm_share(),
-            "given": m.swarm.given if m is not None and m.swarm is not None else "",
-            "last_round": {k: getattr(m, k) for k in ("round", "reward_mean", "solved", "questions", "wall_seconds",
-                                                       "tokens_per_s", "learnable_groups", "rescued_by")} if m is not None else None,
-            "best": {"accuracy": m.eval_best_accuracy, "round": m.eval_best_of_round}
+        swarm = m.swarm if m is not None else None
+        return NodeStatus(
+            state=self.state, detail=self.detail, round=round_no, phase=self.phase if self.state == "running" else "",
+            suspended_for=suspended_for, pid=os.getpid(), model=model, backend=backend,
+            peers=swarm.peers if swarm is not None else None, swarm_host=swarm_host, swarm_share=self.swarm_share(),
+            given=swarm.given if swarm is not None else "",
+            last_round=LastRound(m.round, m.reward_mean, m.solved, m.questions, m.wall_seconds, m.tokens_per_s,
+                                 m.learnable_groups, m.rescued_by) if m is not None else None,
+            best=BestScore(m.eval_best_accuracy, m.eval_best_of_round)
             if m is not None and m.eval_best_accuracy is not None else None,
-        }
+        )

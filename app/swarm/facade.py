@@ -21,7 +21,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import NodeError
-from ..events import Listener, Notice, PeerView, SwarmUpdated
+from ..events import Listener, Notice, PeerView, SwarmHealth, SwarmUpdated
 from ..learning.rollout import QuestionGroup, ShareCallback
 from ..learning.round_record import SwarmRoundStats
 from ..paths import Paths
@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the network pulls in libp2p: imported only when the swarm i
 
 
 CUT_OFF_ROUNDS = 3  # rounds connected but outside every gossip mesh before the node says so
+
 
 class OfflineSwarm:
     """No network: peers' groups come only through `inbox.offer()`."""
@@ -86,7 +87,7 @@ class OfflineSwarm:
     def announce_state(self) -> None:
         """Tell the viewers who is connected and how many bytes moved."""
 
-    def health(self) -> dict | None:
+    def health(self) -> SwarmHealth | None:
         """The libp2p host's state for `swarmling status`; None without a network."""
         return None
 
@@ -173,12 +174,10 @@ class OnlineSwarm(OfflineSwarm):
         self.emit(SwarmUpdated(self.peer_id, tuple(self.network.announce_addrs()), peers, bytes_in, bytes_out,
                                health.restarts, health.last_error, reach.state, reach.describe()))
 
-    def health(self) -> dict:
+    def health(self) -> SwarmHealth:
         h = self.network.health()
         reach = self.network.reachability()
-        return {"running": h.running, "restarts": h.restarts, "last_error": h.last_error,
-                "reachability": reach.state, "reachability_text": reach.describe(),
-                "cut_off_rounds": self._cut_off_rounds()}
+        return SwarmHealth(h.running, h.restarts, h.last_error, reach.state, reach.describe(), self._cut_off_rounds())
 
     def stop(self) -> None:
         self.network.stop()

@@ -28,7 +28,7 @@ import json
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
@@ -99,7 +99,7 @@ class Helper:
             "announcements": self.board.received,
             "announcements_refused": dict(self.board.refused),
             **self.host.relay_figures(),
-            **self.host.gossip_figures(),
+            **asdict(self.host.gossip_figures()),
             "connections_held": self.host.connection_figures(),
             "bytes_in": bytes_in,
             "bytes_out": bytes_out,

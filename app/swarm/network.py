@@ -22,7 +22,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -281,7 +281,7 @@ class SwarmNetwork:
             fetches_pending=self._fetches_pending,
             host_restarts=self.host.health().restarts,
             reachability=self.host.reachability().state,
-            **self.host.gossip_figures(),
+            **asdict(self.host.gossip_figures()),
             connections_held=self.host.connection_figures(),
             shards=self.shard_level.shards,
         )

@@ -5,6 +5,7 @@ the library's defences that misfire on volunteers' addresses turned off. host.py
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
@@ -75,11 +76,23 @@ def _score_params(app_score: Callable[[ID], float]) -> ScoreParams:
     )
 
 
-def gossip_figures(pubsub) -> dict:
+@dataclass(frozen=True)
+class GossipFigures:
+    """Who a node gossips with, and what its upload budget held back (the round record's fields
+    of the same names: learning/round_record.SwarmRoundStats)."""
+
+    gossip_peers: int = 0  # peers with a pubsub stream
+    mesh_peers: int = 0  # peers in this node's meshes
+    lowest_gossip_score: float | None = None  # below -80 a peer is graylisted: nothing it sends is read
+    forwards_withheld: int = 0  # others' announcements not passed on for want of upload budget, since start
+    serves_withheld: int = 0  # requests for our bundles answered "busy" under the user's cap, since start
+
+
+def gossip_figures(pubsub) -> GossipFigures:
     """Who a node gossips with: pubsub peers, mesh peers, and the lowest score among them (read
     from another thread than the network's: copies, and a read racing the scorer is skipped)."""
     if pubsub is None:
-        return {"gossip_peers": 0, "mesh_peers": 0, "lowest_gossip_score": None}
+        return GossipFigures()
     router, peers = pubsub.router, list(pubsub.peers)  # read from another thread: copies
     topics = list(pubsub.topic_ids)
     scorer = getattr(router, "scorer", None)
@@ -87,5 +100,5 @@ def gossip_figures(pubsub) -> dict:
         scores = [scorer.score(p, topics) for p in peers] if scorer is not None and topics else []
     except RuntimeError:
         scores = []
-    return {"gossip_peers": len(peers), "mesh_peers": len({p for m in list(router.mesh.values()) for p in m}),
-            "lowest_gossip_score": round(min(scores), 1) if scores else None}
+    return GossipFigures(gossip_peers=len(peers), mesh_peers=len({p for m in list(router.mesh.values()) for p in m}),
+                         lowest_gossip_score=round(min(scores), 1) if scores else None)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import multiaddr
 import trio
@@ -68,7 +68,7 @@ from ..verification.board import Verdict
 from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_on_close
 from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome, with_words
 from .dialer import AuthorDialer, DialCooldown, Dialer, parse_peer_addr
-from .gossip_router import GOSSIPSUB_PROTOCOL, gossip_figures, gossip_router
+from .gossip_router import GOSSIPSUB_PROTOCOL, GossipFigures, gossip_figures, gossip_router
 from .forwarding import FORWARD_KIB_S, SERVE_BURST_S, UploadBudget
 from .keep_policy import KeepPolicy
 from .publishing import Publisher
@@ -241,11 +241,11 @@ class SwarmHost:
         first = [now.public_addr] if now.state == "direct" else list(now.relay_addrs) if now.state == "relayed" else []
         return list(dict.fromkeys([*first, *self.listen_addrs]))
 
-    def gossip_figures(self) -> dict:
+    def gossip_figures(self) -> GossipFigures:
         """Who this node gossips with: pubsub peers, mesh peers, the lowest score among them, and
-        the announcements it did not forward for want of upload budget (since it started)."""
-        return gossip_figures(self._pubsub) | {"forwards_withheld": self.forwarding.withheld if self.forwarding else 0,
-                                               "serves_withheld": self.serving.withheld}
+        what its upload budgets held back (since it started)."""
+        return replace(gossip_figures(self._pubsub), forwards_withheld=self.forwarding.withheld if self.forwarding else 0,
+                       serves_withheld=self.serving.withheld)
 
     def connection_figures(self) -> dict[str, int]:
         """Connections held now, by the first reason each is kept (keep_policy.py)."""
