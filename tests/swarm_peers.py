@@ -321,7 +321,7 @@ def forwarding_flood(tmp_path, identities: int, each: int, forward_kib_s: float,
         seconds = time.monotonic() - started
         return {"offered": offered, "accepted": b.board.received - received_before,
                 "upload_kib": (out_after - out_before) / 1024, "seconds": seconds,
-                "withheld": b.host.forwarding.withheld, "forwarded_kib": b.host.forwarding.forwarded_bytes / 1024,
+                "withheld": b.host.forwarding.withheld, "forwarded_kib": b.host.forwarding.spent_bytes / 1024,
                 "mesh_peers": b.host.gossip_figures().mesh_peers}
     finally:
         for h in crowd:

@@ -84,7 +84,7 @@ def test_another_peers_message_is_forwarded_within_the_budget_and_our_own_always
 
     from libp2p.pubsub.gossipsub import GossipSub
 
-    from swarmling.app.swarm.host.forwarding import ForwardBudget
+    from swarmling.app.swarm.host.forwarding import UploadBudget
 
     sent: list[ID] = []
 
@@ -94,7 +94,8 @@ def test_another_peers_message_is_forwarded_within_the_budget_and_our_own_always
     monkeypatch.setattr(GossipSub, "publish", sends)
     me, other, friend, *mesh = [peer(tmp_path, f"f{i}") for i in range(7)]
     r = router(keeps={friend.to_base58()})
-    r.forwarding = ForwardBudget(kib_s=1.0, clock=lambda: 0.0)  # a 4 KiB burst, no time passes
+    now = [0.0]
+    r.forwarding = UploadBudget(kib_s=1.0, clock=lambda: now[0])  # a 4 KiB burst, no time passes
     r.pubsub = SimpleNamespace(my_id=me)
     r.mesh[TOPIC] = set(mesh)  # 4 mesh peers: a ~1,000-byte message costs ~4,000 bytes to pass on
 
@@ -107,3 +108,19 @@ def test_another_peers_message_is_forwarded_within_the_budget_and_our_own_always
     assert sent == [other, me, other] and r.forwarding.withheld == 1  # the second, over budget
     # withheld from the push, still cached: IHAVE gossip advertises it and a neighbour may pull it
     assert r.mcache.get(second.from_id + second.seqno) == second  # py-libp2p's message id: from_id + seqno
+
+    # ...pulled by IWANT only within the same budget: a pull is an upload too (no time has passed)
+    pulled: list[list[str]] = []
+
+    async def answers(self, iwant_msg, sender_peer_id) -> None:  # py-libp2p's reply, recorded
+        pulled.append(list(iwant_msg.messageIDs))
+
+    monkeypatch.setattr(GossipSub, "handle_iwant", answers)
+    for msg in (ours, kept):
+        r.mcache.put(msg)
+    wire = {m.seqno: m.from_id + m.seqno for m in (second, ours, kept)}  # opaque bytes, as go and js peers send
+    trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=list(wire.values())), mesh[0])
+    assert pulled == [[wire[b"3"], wire[b"4"]]] and r.forwarding.withheld == 2  # ours and the kept origin's
+    now[0] = 2.0  # two seconds' budget later: the withheld one may be pulled now
+    trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=[wire[b"2"]]), mesh[0])
+    assert pulled[-1] == [wire[b"2"]]

@@ -38,6 +38,8 @@ from collections.abc import Callable
 
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.utils import safe_bytes_from_hex
 
 from .admission import Rank
 from .forwarding import UploadBudget
@@ -60,8 +62,8 @@ class KeepingGossipSub(GossipSub):
         """Our own messages, and those of origins this node keeps (dial targets, proven peers), always
         go out; any other peer's is pushed to the mesh within the budget (it has been validated and
         delivered to this node either way). One over budget is still cached, so the heartbeat's
-        IHAVE gossip advertises it and a neighbour that wants it pulls it: a flood slows what it
-        crowds out to the gossip's pace instead of stopping it at this hop."""
+        IHAVE gossip advertises it and a neighbour that wants it pulls it, once there is budget
+        again: a flood slows what it crowds out to the gossip's pace instead of stopping it here."""
         if self.forwarding is not None and self.pubsub is not None and msg_forwarder != self.pubsub.my_id:
             origin = ID(pubsub_msg.from_id)
             if not self._keeps(origin.to_base58()):
@@ -71,6 +73,26 @@ class KeepingGossipSub(GossipSub):
                     self.mcache.put(pubsub_msg)
                     return
         await super().publish(msg_forwarder, pubsub_msg)
+
+    async def handle_iwant(self, iwant_msg, sender_peer_id: ID) -> None:
+        """A neighbour's pull is an upload too: others' messages it asks for go within the same
+        budget as the push (without this, what the push withheld left by IWANT at no cost); ours
+        and those of origins this node keeps always go."""
+        if self.forwarding is None or self.pubsub is None:
+            await super().handle_iwant(iwant_msg, sender_peer_id)
+            return
+        granted = rpc_pb2.ControlIWant()
+        for wire_id in iwant_msg.messageIDs:
+            mid = safe_bytes_from_hex(wire_id)
+            msg = self.mcache.get(mid) if mid is not None else None
+            if msg is None:  # not ours to send: the library refuses or logs it
+                granted.messageIDs.append(wire_id)
+                continue
+            origin = ID(msg.from_id)
+            if origin == self.pubsub.my_id or self._keeps(origin.to_base58()) or self.forwarding.take(msg.ByteSize()):
+                granted.messageIDs.append(wire_id)
+        if granted.messageIDs:
+            await super().handle_iwant(granted, sender_peer_id)
 
     def add_peer(self, peer_id: ID, protocol_id) -> None:
         self._since.setdefault(peer_id, time.monotonic())
