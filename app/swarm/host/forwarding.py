@@ -5,10 +5,11 @@ GossipSub forwards every announcement the topic validator accepts to each peer i
 (up to 12). The validator already holds each origin to the rate the board accepts
 (verification/board.py: 1 a second, bursts of 5), but 30 identities at that rate still make a node
 upload ~30 announcements a second times its mesh. All forwarding together is held to
-FORWARD_KIB_S (less where `resources.bandwidth_kib_s` is lower): what is over it is still read,
-checked and used by this node, and not pushed on (it stays in the message cache, so neighbours
-can still pull it through IHAVE gossip, within the same budget: mesh.py's handle_iwant). The node's own announcements, and those of origins it
-keeps (dial targets, proven peers), never count against it. A helper (`swarmling relay`) is the
+FORWARD_KIB_S (less where half of `resources.bandwidth_kib_s` is lower): what is over it is still
+read, checked and used by this node, and not pushed on (it stays in the message cache, so
+neighbours can still pull it through IHAVE gossip, within the same budget: mesh.py's
+handle_iwant). The node's own announcements, and those of origins it keeps (dial targets, proven
+peers), never count against it. A helper (`swarmling relay`) is the
 swarm's hub and forwards without this budget.
 
 The figure: a full shard (32 announcers) of nodes on 60 s rounds makes a node forward about 0.5
