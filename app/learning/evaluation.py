@@ -36,6 +36,7 @@ from statistics import fmean
 from ...backends.base import Abandoned, Completion, Sampler, SamplingParams
 from .prompt import STOP, PromptFormat
 from .reward import CLOSE, RIGHT, strict_score
+from .round_record import EvalFields
 from .tasks import EVAL_SEED, Preset, Task, load_preset, regenerate
 
 EVAL_ITEMS = 240  # the fixed set, spread evenly over the preset's datasets
@@ -68,13 +69,14 @@ class EvalResult:
         return math.sqrt(self.accuracy * (1 - self.accuracy) / self.items) if self.items else 0.0
 
 
-def eval_fields(result: EvalResult, weights_round: int) -> dict:
+def eval_fields(result: EvalResult, weights_round: int) -> EvalFields:
     """The round record's held-out fields for a result measured on the weights of `weights_round`."""
-    fields = {"eval_accuracy": result.accuracy, "eval_per_dataset": result.per_dataset, "eval_tag_rate": result.tag_rate,
-              "eval_of_round": weights_round, "eval_seconds": result.seconds, "eval_items": result.items}
+    fields = EvalFields(eval_accuracy=result.accuracy, eval_per_dataset=result.per_dataset,
+                        eval_tag_rate=result.tag_rate, eval_of_round=weights_round, eval_seconds=result.seconds,
+                        eval_items=result.items)
     if result.at_level is not None:
-        fields |= {"eval_at_level_accuracy": result.at_level.accuracy,
-                   "eval_at_level_per_dataset": result.at_level.per_dataset, "eval_levels": result.levels}
+        fields.update(eval_at_level_accuracy=result.at_level.accuracy,
+                      eval_at_level_per_dataset=result.at_level.per_dataset, eval_levels=result.levels)
     return fields
 
 

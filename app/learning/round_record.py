@@ -9,7 +9,7 @@ swarm's statistics are written beside the round's own fields (and only when the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -84,8 +84,24 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
 
 
 SWARM_FIELDS = frozenset(SwarmRoundStats.__struct_fields__)
-EVAL_FIELDS = ("eval_accuracy", "eval_per_dataset", "eval_tag_rate", "eval_of_round", "eval_seconds", "eval_items",
-               "eval_at_level_accuracy", "eval_at_level_per_dataset", "eval_levels")
+
+
+class EvalFields(TypedDict, total=False):
+    """A held-out score as the round record holds it (learning/evaluation.eval_fields), on the
+    rounds that measured one: RoundRecord's fields of the same names."""
+
+    eval_accuracy: float
+    eval_per_dataset: dict[str, float]
+    eval_tag_rate: float
+    eval_of_round: int
+    eval_seconds: float
+    eval_items: int
+    eval_at_level_accuracy: float
+    eval_at_level_per_dataset: dict[str, float]
+    eval_levels: dict[str, int] | None
+
+
+EVAL_FIELDS = tuple(EvalFields.__annotations__)
 
 
 class RoundRecord(msgspec.Struct, kw_only=True, frozen=True):
