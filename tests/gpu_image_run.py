@@ -86,7 +86,7 @@ def main() -> None:
     assert run_experiment(options, paths, build=lambda spec: torch_backend(spec, "cpu"), progress=print)
     summary = summarise(options)
     imported = sorted({normal(d) for m in list(sys.modules) for d in owners.get(m.partition(".")[0], ())})
-    print(json.dumps({"imported": imported, "arms": {a: len(v["seeds"]) for a, v in summary["arms"].items()}}))
+    print(json.dumps({"imported": imported, "arms": {a: len(v.seeds) for a, v in summary.arms.items()}}))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from swarmling.app.commands.experiment.archive import pack, unpack
 from swarmling.app.commands.experiment.designs import DESIGNS, TUNED_SEEDS, Arm
 from swarmling.app.commands.experiment.grid import Chunk, ExperimentOptions, node_config, run_experiment
 from swarmling.app.commands.experiment.report import plot, summarise, table
+from swarmling.app.commands.experiment.summary import Summary
 from swarmling.app.commands.experiment.statistics import detectable_effect, paired_difference, t_quantile
 from swarmling.app.errors import NodeError
 from swarmling.app.learning.evaluation import at_level_tasks, fixed_answer_score
@@ -33,6 +34,16 @@ def options(out, **kw) -> ExperimentOptions:
 
 def fake(spec):
     return FakeBackend()
+
+
+def summary_json(o) -> dict:
+    """What summary.json holds for the grid at `o` (the typed summary, written and read back)."""
+    return json.loads(summarise(o).to_json())
+
+
+def table_of(summary: dict) -> str:
+    """The table of a summary as summary.json holds it."""
+    return table(Summary.from_dict(summary))
 
 
 def test_mixes_scale_to_the_rounds_questions():
@@ -53,7 +64,7 @@ def test_the_arms_of_a_pair_share_their_seed_and_differ_in_mix_and_focus():
 def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     o = options(tmp_path / "exp")
     assert run_experiment(o, resolve_paths(tmp_path / "home"), build=fake, progress=lambda s: None)
-    summary = summarise(o)
+    summary = summary_json(o)
     assert set(summary["arms"]) == {"alone", "sharing", "alone-uniform"}
     assert all(len(a["seeds"]) == 2 for a in summary["arms"].values())
     shares = [s["external_advantage_share"] for s in summary["arms"]["sharing"]["seeds"].values()]
@@ -67,16 +78,16 @@ def test_an_experiment_runs_its_grid_and_writes_what_came_out(tmp_path):
     base = json.loads((o.out / "base.json").read_text())
     assert set(base) == {"smollm2-135m"}  # the base model scored once, shared by every node
     assert all(a["node_round_cpu_seconds"] > 0 for a in summary["arms"].values())
-    assert summary["backends"] == ["fake"] and "more than one backend" not in table(summary)
+    assert summary["backends"] == ["fake"] and "more than one backend" not in table_of(summary)
     mixed = json.loads(json.dumps(summary)) | {"backends": ["cpu", "cuda"]}
-    assert "Ran on more than one backend (cpu, cuda): the means pool them." in table(mixed)
+    assert "Ran on more than one backend (cpu, cuda): the means pool them." in table_of(mixed)
     mixed["arms"]["sharing"]["seeds"]["51"]["backends"] = ["cuda"]
-    assert "these pairs cross them, unlike with like: sharing seed 51." in table(mixed)
-    text = table(summary)
+    assert "these pairs cross them, unlike with like: sharing seed 51." in table_of(mixed)
+    text = table_of(summary)
     assert "| sharing | 2 |" in text and "paired difference" in text and "smallest detectable" in text
     assert "CPU s (" in text and "wall" not in text and "By model" not in text
     assert "sharing - alone-uniform, paired by seed (2 pairs): " in text
-    plot(summary, o.out)
+    plot(Summary.from_dict(summary), o.out)
     assert {"experiment.png", "experiment.svg"} <= {p.name for p in o.out.iterdir()}
 
 
@@ -89,16 +100,16 @@ def test_arms_run_apart_into_one_folder_make_one_grid_and_models_are_reported_ap
     first = options(tmp_path / "exp", arms=("sharing",), models=models)
     assert run_experiment(first, home, build=fake, progress=lambda s: None)
     assert not (first.out / "runs" / "alone").exists()
-    assert set(summarise(first)["arms"]) == {"alone", "sharing"}  # the baseline shown, empty; the uniform arm left out
-    assert not summarise(first)["comparisons"]
+    assert set(summary_json(first)["arms"]) == {"alone", "sharing"}  # the baseline shown, empty; the uniform arm left out
+    assert not summary_json(first)["comparisons"]
     second = replace(first, arms=("alone",))
     assert run_experiment(second, home, build=fake, progress=lambda s: None)
-    summary = summarise(second)
+    summary = summary_json(second)
     assert summary["comparisons"]["sharing"]["pairs"] == 2  # the sharing runs of the first invocation, paired
     seed = summary["arms"]["sharing"]["seeds"]["50"]
     assert set(seed["primary_by_model"]) == set(models)  # node 0 SmolLM2, node 1 the other model
     assert math.isclose(sum(seed["primary_by_model"].values()) / 2, seed["primary"])
-    assert "By model" in table(summary) and str(other) in table(summary)
+    assert "By model" in table_of(summary) and str(other) in table_of(summary)
     by_other = summary["comparisons"]["sharing"]["by_model"][str(other)]
     alone = summary["arms"]["alone"]["seeds"]
     assert by_other["pairs"] == 2 and math.isclose(by_other["mean"], sum(
@@ -175,7 +186,7 @@ def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
         return 0.9 if d == SMALL.specialities[k][0] else 0.2 + 0.01 * k + gain + early
 
     write_evals(o, accuracy)
-    summary = summarise(o)
+    summary = summary_json(o)
     by_seed = {s: v["primary"] for s, v in summary["arms"]["sharing"]["seeds"].items()}
     # mean of nodes, own speciality out; the evaluations after rounds 2 and 4 counted, the last one's extra halved
     assert by_seed == pytest.approx({"50": 0.205 + 0.11, "51": 0.205 + 0.08})
@@ -184,7 +195,7 @@ def test_the_summary_recovers_a_known_effect_from_the_grids_files(tmp_path):
     assert c["low"] == pytest.approx(0.095 - t_quantile(0.975, 1) * 0.015)  # t with 1 df, SE = sd / sqrt(2)
     final = c["final"]  # the last round alone: lift + late, per seed
     assert final["mean"] == pytest.approx(0.11) and final["sd"] == pytest.approx(0.02 / math.sqrt(2))
-    assert "At the last round (4), paired by seed: sharing - alone +11.0% [" in table(summary)
+    assert "At the last round (4), paired by seed: sharing - alone +11.0% [" in table_of(summary)
 
 
 def test_a_speciality_one_answer_can_score_is_flagged_and_left_out_of_the_sensitivity_analysis(tmp_path):
@@ -201,12 +212,12 @@ def test_a_speciality_one_answer_can_score_is_flagged_and_left_out_of_the_sensit
         return 0.2 + (0.05 if arm == "sharing" else 0.0) + 0.01 * (seed - 50)
 
     write_evals(o, accuracy)
-    summary = summarise(o)
+    summary = summary_json(o)
     assert summary["shortcuts"] == ["letter_counting"] and summary["fixed_answers"]["chain_sum"]["accuracy"] < 0.25
     c = summary["comparisons"]["sharing"]
     # node 0 (letter_counting) gains 0.05 outside, node 1 (0.45 + 0.05) / 2: 0.15 in all
     assert c["without_shortcuts"]["mean"] == pytest.approx(0.05) and c["mean"] == pytest.approx(0.15)
-    text = table(summary)
+    text = table_of(summary)
     assert 'letter_counting: nodes that ended exactly where the answer "1" to every item does' in text
     assert "alone 0 of 4, sharing 4 of 4." in text
     assert "Leaving out letter_counting" in text and "sharing - alone +5.0%" in text
@@ -216,15 +227,15 @@ def test_without_a_shortcut_there_is_no_sensitivity_analysis_and_with_nothing_el
     def summary_of(design, folder, seeds=2):
         o = options(tmp_path / folder, arms=("alone", "sharing"), design=design, seeds=seeds)
         write_evals(o, lambda arm, seed, k, r, d: 0.3 + (0.1 if arm == "sharing" else 0.0))
-        return summarise(o)
+        return summary_json(o)
 
     plain = summary_of(replace(SMALL, specialities=SMALL.specialities[1:]), "plain")  # the arithmetic ones
     assert plain["shortcuts"] == [] and "without_shortcuts" not in plain["comparisons"]["sharing"]
-    assert "Leaving out" not in table(plain) and plain["comparisons"]["sharing"]["mean"] == pytest.approx(0.1)
+    assert "Leaving out" not in table_of(plain) and plain["comparisons"]["sharing"]["mean"] == pytest.approx(0.1)
     only = summary_of(replace(SMALL, specialities=SMALL.specialities[:1], specialists=False), "only", seeds=1)
     assert only["shortcuts"] == ["letter_counting"]  # nothing left without it: no number, no NaN
     assert all(run["primary_without_shortcuts"] is None for run in only["arms"]["sharing"]["seeds"].values())
-    assert "without_shortcuts" not in only["comparisons"]["sharing"] and "nan" not in table(only)
+    assert "without_shortcuts" not in only["comparisons"]["sharing"] and "nan" not in table_of(only)
     assert only["comparisons"]["sharing"]["pairs"] == 1 and only["comparisons"]["sharing"]["sd"] is None
     json.dumps(only, allow_nan=False)  # one pair: no spread, written as null
 
@@ -239,10 +250,10 @@ def test_the_cost_is_cpu_time_which_a_wait_does_not_inflate(tmp_path):
     assert [r["round"] for r in rows] == list(range(1, SMALL.rounds + 1))
     waited = 4 * 4 * 0.002  # tiny rounds: 4 questions x 4 replies
     assert all(r["wall_s"] - r["cpu_s"] > 0.8 * waited for r in rows)
-    assert summarise(o)["arms"]["alone"]["node_round_cpu_seconds"] > 0
+    assert summary_json(o)["arms"]["alone"]["node_round_cpu_seconds"] > 0
     path = o.run_dir(SMALL.arm("alone"), 50) / "node-1" / "cpu.jsonl"
     path.write_text("".join(line for line in path.read_text().splitlines(keepends=True) if '"round": 2,' not in line))
-    assert summarise(o)["arms"]["alone"]["node_round_cpu_seconds"] is None  # a round missing: no partial mean
+    assert summary_json(o)["arms"]["alone"]["node_round_cpu_seconds"] is None  # a round missing: no partial mean
 
 
 def test_a_grid_stopped_after_every_round_resumes_to_what_an_uninterrupted_one_gives(tmp_path):
@@ -253,7 +264,7 @@ def test_a_grid_stopped_after_every_round_resumes_to_what_an_uninterrupted_one_g
     while not run_experiment(parts, home, build=fake, progress=lambda s: None):
         stops += 1  # each invocation runs one round, then stops
     assert stops >= 2 * 3 * SMALL.rounds - 1
-    a, b = summarise(whole), summarise(parts)
+    a, b = summary_json(whole), summary_json(parts)
     for arm in a["arms"]:
         for seed in a["arms"][arm]["seeds"]:
             assert a["arms"][arm]["seeds"][seed]["curve"] == b["arms"][arm]["seeds"][seed]["curve"]
@@ -303,14 +314,14 @@ def test_a_kill_between_a_round_and_its_evaluation_leaves_the_evaluation_due_on_
     home = resolve_paths(tmp_path / "home")
     o = options(tmp_path / "exp")
     assert run_experiment(o, home, build=fake, progress=lambda s: None)
-    whole = summarise(o)
+    whole = summary_json(o)
     log = o.run_dir(SMALL.arm("sharing"), 50) / "node-1" / "evals.jsonl"
     lines = log.read_text().splitlines()
     assert json.loads(lines[-1])["round"] == 4
     log.write_text("\n".join(lines[:-1]) + "\n")  # the node trained round 4, then the process died
-    assert "50" not in summarise(o)["arms"]["sharing"]["seeds"]
+    assert "50" not in summary_json(o)["arms"]["sharing"]["seeds"]
     assert run_experiment(o, home, build=fake, progress=lambda s: None)
-    resumed, before = summarise(o)["arms"]["sharing"]["seeds"]["50"], whole["arms"]["sharing"]["seeds"]["50"]
+    resumed, before = summary_json(o)["arms"]["sharing"]["seeds"]["50"], whole["arms"]["sharing"]["seeds"]["50"]
     assert (resumed["curve"], resumed["primary"]) == (before["curve"], before["primary"])
 
 
@@ -322,9 +333,9 @@ def test_a_grid_carried_to_a_bare_machine_as_its_archive_resumes_to_what_an_unin
     stops = 0
     while not run_experiment(first, home, build=fake, progress=lambda s: None):
         stops += 1  # stopped after a round of the first run, then of the next unfinished one...
-        if summarise(first)["arms"]["alone"]["seeds"]:
+        if summary_json(first)["arms"]["alone"]["seeds"]:
             break  # ...until one run has finished and the next is cut short
-    assert stops and summarise(first)["arms"]["alone"]["seeds"] and "sharing" not in summarise(first)["arms"]
+    assert stops and summary_json(first)["arms"]["alone"]["seeds"] and "sharing" not in summary_json(first)["arms"]
     assert not run_experiment(first, home, build=fake, progress=lambda s: None)  # the next run, cut short
     assert (first.run_dir(SMALL.arm("sharing"), 50) / "node-0" / "evals.jsonl").exists()
     archive = tmp_path / "carried" / "results.tar.gz"
@@ -337,7 +348,7 @@ def test_a_grid_carried_to_a_bare_machine_as_its_archive_resumes_to_what_an_unin
     bare = replace(first, out=tmp_path / "second-machine", minutes=None)
     assert unpack(archive, bare.out) == len(names)
     assert run_experiment(bare, home, build=fake, progress=lambda s: None)
-    a, b = summarise(whole), summarise(bare)
+    a, b = summary_json(whole), summary_json(bare)
     for arm in a["arms"]:
         for seed in a["arms"][arm]["seeds"]:
             assert a["arms"][arm]["seeds"][seed]["curve"] == b["arms"][arm]["seeds"][seed]["curve"]

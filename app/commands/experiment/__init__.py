@@ -13,7 +13,6 @@ the network, and this to measure whether sharing helps.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -51,7 +50,7 @@ def experiment_command(options: ExperimentOptions, paths: Paths) -> int:
         finished = run_experiment(options, paths, finished=carry)  # carried after each finished run too
         if finished:
             summary = summarise(options)
-            write_atomic(options.out / "summary.json", json.dumps(summary, indent=1))
+            write_atomic(options.out / "summary.json", summary.to_json())
             write_atomic(options.out / "table.md", table(summary))
             plot(summary, options.out)
             print(table(summary))
