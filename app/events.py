@@ -119,9 +119,10 @@ class SwarmHealth:
     running: bool
     restarts: int
     last_error: str | None
-    reachability: str  # nat/reachability.py's state
-    reachability_text: str  # ... in words
-    cut_off_rounds: int  # rounds in a row in no gossip mesh while connected, once worth saying (0: not)
+    # (defaults: what an older node's status lacks reads as unknown)
+    reachability: str = ""  # nat/reachability.py's state
+    reachability_text: str = ""  # ... in words
+    cut_off_rounds: int = 0  # rounds in a row in no gossip mesh while connected, once worth saying (0: not)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import shutil
 import psutil
 
 from ..backends.cpu_features import cpu_info
-from ..backends.registry import BACKENDS, backend_kind
+from ..backends import registry
 
 @dataclass(frozen=True)
 class Hardware:
@@ -94,6 +94,6 @@ def choose_backend(hw: Hardware, requested: str = "auto") -> BackendChoice:
     """The backend `requested` names, or for "auto" the first in the registry's order that fits
     this machine (the CPU's fits every one); with the reason the user is told."""
     if requested != "auto":
-        backend_kind(requested)  # ValueError, in words, for a name this release lacks
+        registry.backend_kind(requested)  # ValueError, in words, for a name this release lacks
         return BackendChoice(requested, f"asked for in the config (backend.kind = {requested!r})")
-    return next(BackendChoice(entry.name, reason) for entry in BACKENDS if (reason := entry.chosen_for(hw)))
+    return next(BackendChoice(entry.name, reason) for entry in registry.BACKENDS if (reason := entry.chosen_for(hw)))

@@ -107,7 +107,7 @@ class TrainStats:
 
 @dataclass(frozen=True)
 class BackendInfo:
-    name: str  # "cpu", "cuda", "mlx"
+    name: str  # the backend's name in registry.py ("torch-cpu": the CUDA backend's code run on the CPU in tests)
     device: str  # human-readable, e.g. "x86_64 CPU, 2 threads"
     model: str
     memory_bytes: int  # resident memory the backend is responsible for, best effort

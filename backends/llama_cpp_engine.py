@@ -72,7 +72,7 @@ class LlamaCppEngine:
         self._ctx_seqs = 0
         self._ctx_batch = 0
         self._adapter = None
-        self._adapter_off = False  # the base model alone for a while (base_weights)
+        self._adapter_off = 0  # blocks of base_weights open: the base model alone while any is
         self._adapter_path: Path | None = None
         self._piece_cache: dict[int, bytes] = {}
 
@@ -172,12 +172,12 @@ class LlamaCppEngine:
     def base_weights(self):
         """Decode with the base model alone within this block: the adapter stays loaded and is
         applied again after (a context made meanwhile starts without it too)."""
-        self._adapter_off = True
-        self._apply_adapter()
+        self._adapter_off += 1
         try:
+            self._apply_adapter()
             yield
         finally:
-            self._adapter_off = False
+            self._adapter_off -= 1
             self._apply_adapter()
 
     def _apply_adapter(self) -> None:

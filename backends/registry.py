@@ -1,6 +1,7 @@
 """The backends this release has, one entry each: adding a backend is an entry here plus its own
 module. The config's `backend.kind` names, `auto`'s choice, the node's sizing and the factory all
-read from this table; nothing else names a backend.
+read from this table. (`backends/cuda.py` calls itself "torch-cpu" when tests run its code on the
+CPU: a name no config can ask for.)
 
 No framework is imported here: each entry's `build` imports its backend's module when called."""
 

@@ -86,7 +86,7 @@ class CpuTrainerChoice:
 class BackendSpec:
     """Everything `registry.build_backend` needs to build any backend."""
 
-    kind: str  # "cpu" | "cuda" | "mlx"
+    kind: str  # a backend's name in registry.py
     model_name: str
     gguf: Path | None  # the model as a GGUF file (the CPU backend samples from it)
     hf_dir: Path | None  # the model as a Hugging Face folder; None: converted from `gguf`

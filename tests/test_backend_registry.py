@@ -53,9 +53,6 @@ def test_a_new_entry_is_chosen_sized_and_built_from_the_table_alone(monkeypatch)
                         checkpointing=False, cpu_torch_trainer=False)
     monkeypatch.setattr(registry, "BACKENDS", (extra, *BACKENDS))
     monkeypatch.setattr(registry, "NAMES", ("npu", *NAMES))
-    from swarmling.app import hardware
-
-    monkeypatch.setattr(hardware, "BACKENDS", registry.BACKENDS)
     assert choose_backend(machine()).name == "npu"
     build = sizing.build_settings(Config(), machine(), "npu")
     assert build.memory_limit is None and build.cpu_trainer.compiler is None  # sized by the device, not compiled

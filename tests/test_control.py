@@ -49,10 +49,13 @@ def test_the_status_crosses_the_socket_whole_and_an_older_nodes_reads_with_defau
                         last_round=LastRound(3, 0.4, 2, 8, 12.0, 30.0, 5, ""), best=BestScore(0.2, 2))
     assert NodeStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
     older = status.to_dict()
-    del older["last_round"]["learnable_groups"], older["swarm_share"]
+    del older["last_round"]["learnable_groups"], older["swarm_share"], older["swarm_host"]["cut_off_rounds"]
     older["a_later_field"] = 1
     read = NodeStatus.from_dict(older)
     assert read.last_round.learnable_groups is None and read.swarm_share is None and read.best == status.best
+    assert read.swarm_host.cut_off_rounds == 0 and read.swarm_host.reachability_text == "dialled back"
+    del older["best"]["round"]  # one it cannot show without: left out, the rest still shown
+    assert NodeStatus.from_dict(older).best is None and NodeStatus.from_dict(older).round == 3
 
 
 def test_no_node_running_is_a_clear_error(tmp_path):

@@ -46,6 +46,17 @@ def test_the_users_cap_splits_the_upload_between_forwarding_and_serving():
     assert all(unlimited.take(10**9) for _ in range(3)) and unlimited.withheld == 0
 
 
+
+def test_serving_holds_the_cap_on_average_even_for_a_bundle_dearer_than_its_burst():
+    clock = Clock()
+    budget = UploadBudget(kib_s=1.0, clock=clock, average=True)  # serving's: the user's cap, on average
+    burst = int(BURST_S * 1024)
+    assert budget.take(10 * burst) and budget.spent_bytes == 10 * burst  # goes when full, charged in full
+    clock.now = BURST_S
+    assert not budget.take(1)  # ...and nothing more until that is paid back
+    clock.now = 10 * BURST_S
+    assert budget.take(1)
+
 @pytest.mark.slow
 def test_a_flood_through_a_node_costs_it_what_its_budget_allows(tmp_path):
     """12 identities in the node's mesh publish 240 announcements as fast as they can. Without the

@@ -79,3 +79,15 @@ def test_nodes_sharing_a_base_score_measure_it_once_whether_deferred_or_not():
     b.at_start(0, key="base", should_stop=lambda: False, measure_base=second)
     assert a.after_round(1) == (0, 0) and b.after_round(1) == (0, 0)
     assert first.measured == [0] and second.measured == []
+
+
+def test_a_node_resumed_without_the_base_score_measures_it_after_its_next_round_unless_an_evaluation_is_due():
+    scores, base = Scores(), Scores()
+    schedule = HeldOutSchedule(3, scores)
+    schedule.at_start(1, key="base", should_stop=lambda: False, measure_base=base, base_missing=True)
+    assert scores.measured == [1] and base.measured == []  # the weights it resumed from, as before
+    records = [schedule.after_round(r) for r in range(2, 7)]
+    assert records[0] == (1, 1)  # round 2's record: the start's score
+    assert records[1] == (3, 3)  # round 3 is due: its own weights first
+    assert records[2] == (0, 0) and base.measured == [0]  # then the base model's
+    assert records[3:] == [None, (6, 6)]

@@ -120,7 +120,14 @@ def test_another_peers_message_is_forwarded_within_the_budget_and_our_own_always
         r.mcache.put(msg)
     wire = {m.seqno: m.from_id + m.seqno for m in (second, ours, kept)}  # opaque bytes, as go and js peers send
     trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=list(wire.values())), mesh[0])
-    assert pulled == [[wire[b"3"], wire[b"4"]]] and r.forwarding.withheld == 2  # ours and the kept origin's
+    assert pulled == [[wire[b"3"], wire[b"4"]]]  # ours and the kept origin's
+    assert r.forwarding.withheld == 1 and r.pulls_withheld == 1  # counted apart from the push's
     now[0] = 2.0  # two seconds' budget later: the withheld one may be pulled now
     trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=[wire[b"2"]]), mesh[0])
     assert pulled[-1] == [wire[b"2"]]
+    # a neighbour over py-libp2p's IWANT rate is refused there (and penalised), spending no budget
+    monkeypatch.undo()
+    now[0], spent = 10.0, r.forwarding.spent_bytes  # budget enough for it
+    r.iwant_request_limits[mesh[1]]["requests"] = [time.time()] * (int(r.max_iwant_requests_per_second) + 1)
+    trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=[wire[b"2"]]), mesh[1])
+    assert r.forwarding.spent_bytes == spent

@@ -128,7 +128,8 @@ def _bench(node: Node, rounds: int) -> int:
             _compare_training(node.backend, largest[1], f"round {largest[0]}'s", largest[2],
                               checkpointing_required=node.sizing.build.activation_checkpointing
                               and node.config.train.activation_checkpointing is None,
-                              bf16_cpu=node.hardware.has_bf16_cpu)
+                              bf16_cpu=node.hardware.has_bf16_cpu,
+                              on_gpu=backend_kind(node.sizing.build.kind).memory == "device")
         else:
             print("\n(no timed round had a learning signal: no training to compare)")
 
@@ -221,13 +222,13 @@ def training_passes(backend: Backend, checkpointing_required: bool = False, bf16
 
 
 def _compare_training(backend: Backend, samples: list[TrainSample], which: str, start: Path,
-                      checkpointing_required: bool = False, bf16_cpu: bool = True) -> None:
+                      checkpointing_required: bool = False, bf16_cpu: bool = True, on_gpu: bool = False) -> None:
     """Each pass a step on `samples` from the state in `start` (the policy that sampled them, so
     that the sampler/trainer gap is the node's own). The backend is left in that state, with the
     node's switches (a bench's node is thrown away after). `samples` have a learning signal."""
     passes = training_passes(backend, checkpointing_required, bf16_cpu)
     node_compiles = bool(passes["node"].compiled)
-    peak = PeakMemory(on_gpu=backend_kind(backend.info().name).memory == "device")
+    peak = PeakMemory(on_gpu)
     runs = {}
     for name, switches in passes.items():
         backend.load_state(start)  # every pass from the same policy and optimizer state

@@ -54,6 +54,8 @@ class SwarmRoundStats(msgspec.Struct, kw_only=True, frozen=True):
     lowest_gossip_score: float | None = None
     # Others' announcements not passed on for want of upload budget, since start (swarm/host/forwarding.py).
     forwards_withheld: int = 0
+    # ... and not sent to a neighbour that asked for them by IWANT, since start (swarm/host/mesh.py).
+    pulls_withheld: int = 0
     # Requests for our bundles answered "busy" for want of upload budget (resources.bandwidth_kib_s), since start.
     serves_withheld: int = 0
     # Connections held at the round's end, by why each is kept (swarm/host/host.py connection_figures).

@@ -19,9 +19,12 @@ import struct
 import sys
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..events import Listener, Notice
+
+if TYPE_CHECKING:
+    from .status import NodeStatus
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 4096
@@ -29,7 +32,7 @@ COMMANDS = ("status", "pause", "resume", "finish")
 
 
 class Controllable(Protocol):
-    def status(self) -> dict: ...
+    def status(self) -> NodeStatus: ...
     def pause(self, finish_round: bool = False) -> None: ...
     def resume(self) -> None: ...
 

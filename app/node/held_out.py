@@ -30,19 +30,27 @@ class HeldOutSchedule:
         """The weights we resume from were measured when their round ended: no need to again."""
         self._start_done = round_no > 0 and (saved_record or {}).get("eval_of_round") == round_no
 
-    def at_start(self, round_no: int, key: Hashable, should_stop: StopCheck, measure_base: Measure | None = None) -> None:
+    def at_start(self, round_no: int, key: Hashable, should_stop: StopCheck, measure_base: Measure | None = None,
+                 base_missing: bool = False) -> None:
         """The score of the weights the node starts from (the base model on a fresh start).
         `measure_base`, where the sampler can switch its adapter off: a fresh node scores the
         base model after its first round instead, so that its first update comes minutes sooner
-        (the same score: the base's sampling is seeded, whatever the adapter holds by then)."""
-        if not self.every_rounds or self._start_done:
+        (the same score: the base's sampling is seeded, whatever the adapter holds by then); and
+        a node resumed without the base's score (stopped during that evaluation) scores it then."""
+        if not self.every_rounds:
+            return
+        if measure_base is not None and (round_no == 0 or base_missing) and self._base_due is None:
+            shared = self._base_scores if self._base_scores is not None else {}
+            if key not in shared or round_no > 0:
+                self._base_due = (measure_base, key)
+                if round_no == 0:
+                    self._start_done = True
+                    return
+        if self._start_done:
             return
         if round_no > 0 and (round_no + 1) % self.every_rounds == 0:
             return  # a resume just before a due round: that round's end measures newer weights at once
         shared = self._base_scores if self._base_scores is not None and round_no == 0 else {}
-        if key not in shared and round_no == 0 and measure_base is not None:
-            self._base_due, self._start_done = (measure_base, key), True
-            return
         try:
             result = shared[key] if key in shared else self._measure(round_no, should_stop)
         except Abandoned:
@@ -60,7 +68,8 @@ class HeldOutSchedule:
         every, pending, self._pending = self.every_rounds, self._pending, None
         if pending is not None:
             return pending
-        if self._base_due is not None:
+        due = bool(every) and round_no % every == 0
+        if self._base_due is not None and (round_no == 1 or not due):  # later, a due evaluation comes first
             measure_base, key = self._base_due
             shared = self._base_scores if self._base_scores is not None else {}
             try:
@@ -69,7 +78,7 @@ class HeldOutSchedule:
                 return None
             shared[key], self._base_due = result, None
             return result, 0
-        if every and round_no % every == 0:
+        if due:
             return self._measure(round_no, None), round_no
         return None
 

@@ -40,7 +40,7 @@ from ..learning.rescue import clock_window
 from ..learning.rollout import QuestionGroup
 from ..learning.round import RoundClosing, RoundSettings, Stopwatch, assemble, own_groups, select, train  # step 8: round_assembly.py
 from ..learning.tasks import Preset, load_preset
-from ..metrics import append_record, reconcile
+from ..metrics import append_record, read_records, reconcile
 from ..models import ResolvedModel, resolve_model
 from ..paths import Paths
 from ..sizing import ResourceError, Sizing, memory_note, plan
@@ -188,7 +188,8 @@ class Node(NodeControls):
         done = 0
         if not self.lifecycle.held:
             self.emit(StateChanged("running"))
-            self.held_out.at_start(self.round, self._base_score_key(), self._drops_round, self._base_measure())
+            self.held_out.at_start(self.round, self._base_score_key(), self._drops_round, self._base_measure(),
+                                   self._base_score_missing())
         while rounds is None or done < rounds:
             wait_while_held(self.lifecycle, self.slot, self.config.resources.release_memory_after_s, self.emit)
             if self.lifecycle.stopping:
@@ -217,7 +218,9 @@ class Node(NodeControls):
         window = clock_window(time.time()) if self.config.round.common_window == "clock" else None
         draws = RoundDraws(self.seed, round_no, window)
         # Which bundles to fetch depends on what the network delivered: a stream of its own.
-        self.swarm.start_round(draws.stream("fetches"), self.config, last.wall_seconds if last else None)
+        # (its held-out evaluation, when it had one, left out: a round's length, not an evaluation's)
+        self.swarm.start_round(draws.stream("fetches"), self.config,
+                               last.wall_seconds - (last.eval_seconds or 0.0) if last else None)
         phase = functools.partial(self._on_phase, round_no)
         # 1. tasks, 2. generate, 3. score
         scored = own_groups(backend, self.preset, self.curriculum, settings, draws, watch, stop, phase, progress)
@@ -290,6 +293,14 @@ class Node(NodeControls):
                 return measure(backend, self.preset, self.config.reward.prefill_answer,
                                self.sizing.shape.max_new_tokens, levels, 0, True, self.emit, should_stop)
         return measure_base
+
+    def _base_score_missing(self) -> bool:
+        """Resumed early in its life without the base model's score in any record (stopped while
+        the deferred evaluation ran): it is measured again. Later, an old record may have rolled
+        away, and the base no longer matters beside the evaluations since."""
+        if not 0 < self.round <= self.config.eval.every_rounds:
+            return False
+        return not any(r.get("eval_of_round") == 0 for r in read_records(self.paths.metrics_file))
 
     def _drops_round(self) -> bool:
         return self.lifecycle.drops_round(self.config.resources.on_suspend == "abandon")

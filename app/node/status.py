@@ -64,8 +64,11 @@ class NodeStatus:
     def from_dict(cls, data: dict) -> NodeStatus:
         """The status a node sent; keys this version lacks are ignored and missing ones take
         their defaults (a node of another release may be the one running)."""
-        def typed(kind, value):
-            return None if value is None else kind(**{f.name: value[f.name] for f in fields(kind) if f.name in value})
+        def typed(kind, value):  # None where it lacks what this version cannot do without
+            try:
+                return kind(**{f.name: value[f.name] for f in fields(kind) if f.name in value}) if value else None
+            except TypeError:
+                return None
         plain = {f.name: data.get(f.name) for f in fields(cls)}
         return cls(**plain | {"detail": data.get("detail") or "", "phase": data.get("phase") or "",
                               "given": data.get("given") or "",

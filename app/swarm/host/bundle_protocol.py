@@ -77,7 +77,7 @@ class FetchOutcome(enum.Enum):
     COOLING = "could not be dialled lately: not tried again yet"
     NO_ROUTE = "not fetched: no route to this peer (its helper is away, or it announced only its LAN's addresses)"
     SLOW_CIRCUIT = "not fetched: the circuit through the peer's helper did not open in time"
-    BUSY = "not fetched: the peer was busy (upload slots, or its quota through a helper)"
+    BUSY = "not fetched: the peer was busy (upload slots, its quota through a helper, or its upload cap)"
 
     @property
     def blames_peer(self) -> bool:

@@ -44,10 +44,14 @@ class UploadBudget:
     """A token bucket over the bytes the node uploads (each copy forwarded counts); thread-safe, so
     the round loop may change its rate (`resources.bandwidth_kib_s` is a live setting)."""
 
-    def __init__(self, kib_s: float = FORWARD_KIB_S, clock=time.monotonic, burst_s: float = BURST_S) -> None:
+    def __init__(self, kib_s: float = FORWARD_KIB_S, clock=time.monotonic, burst_s: float = BURST_S,
+                 average: bool = False) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._burst_s = burst_s
+        # Holds the rate on average, not only per burst: what costs more than the whole burst goes
+        # once the bucket is full and is charged in full (the bucket runs into debt).
+        self._average = average
         self._rate = kib_s * 1024
         self._tokens = self._rate * burst_s
         self._stamp = clock()
@@ -64,10 +68,11 @@ class UploadBudget:
             self._rate = value * 1024
             self._tokens = min(self._tokens, self._rate * self._burst_s)
 
-    def take(self, copies_bytes: int) -> bool:
+    def take(self, copies_bytes: int, tally: bool = True) -> bool:
         """Whether forwarding `copies_bytes` (a message's size times the peers it goes to) fits now.
         A message costing more than the whole burst goes when the bucket is full (charged the burst):
-        under a low cap forwarding slows down, never stops. An infinite rate takes everything."""
+        under a low cap forwarding slows down, never stops. An infinite rate takes everything.
+        `tally`: a refusal counts in `withheld` (a caller that counts its own says False)."""
         with self._lock:
             if self._rate == float("inf"):
                 self.spent_bytes += copies_bytes
@@ -76,9 +81,11 @@ class UploadBudget:
             capacity = self._rate * self._burst_s
             self._tokens = min(capacity, self._tokens + (now - self._stamp) * self._rate)
             self._stamp = now
-            copies_bytes = min(copies_bytes, capacity)
-            if copies_bytes > self._tokens:
-                self.withheld += 1
+            needed = min(copies_bytes, capacity)
+            if not self._average:
+                copies_bytes = needed
+            if needed > self._tokens:
+                self.withheld += tally
                 return False
             self._tokens -= copies_bytes
             self.spent_bytes += copies_bytes

@@ -85,6 +85,7 @@ class GossipFigures:
     mesh_peers: int = 0  # peers in this node's meshes
     lowest_gossip_score: float | None = None  # below -80 a peer is graylisted: nothing it sends is read
     forwards_withheld: int = 0  # others' announcements not passed on for want of upload budget, since start
+    pulls_withheld: int = 0  # ... and not sent to a neighbour that asked for them by IWANT, since start
     serves_withheld: int = 0  # requests for our bundles answered "busy" under the user's cap, since start
 
 
@@ -101,4 +102,5 @@ def gossip_figures(pubsub) -> GossipFigures:
     except RuntimeError:
         scores = []
     return GossipFigures(gossip_peers=len(peers), mesh_peers=len({p for m in list(router.mesh.values()) for p in m}),
-                         lowest_gossip_score=round(min(scores), 1) if scores else None)
+                         lowest_gossip_score=round(min(scores), 1) if scores else None,
+                         pulls_withheld=getattr(router, "pulls_withheld", 0))

@@ -189,7 +189,7 @@ class SwarmHost:
         # Forwarding others' announcements within an upload budget (forwarding.py); a helper forwards freely.
         self.forwarding = None if settings.helper else UploadBudget(settings.forward_kib_s)
         # Serving our bundles: unbounded but for its slots, until the user caps the upload (network.cap_upload).
-        self.serving = UploadBudget(float("inf"), burst_s=SERVE_BURST_S)
+        self.serving = UploadBudget(float("inf"), burst_s=SERVE_BURST_S, average=True)
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:

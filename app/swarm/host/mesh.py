@@ -57,6 +57,7 @@ class KeepingGossipSub(GossipSub):
         self._rank = rank  # (announced anything, delivered score): the rest by this
         self._since: dict[ID, float] = {}  # when each gossip peer appeared
         self.forwarding = forwarding  # what forwarding others' messages may upload (forwarding.py); None: unbounded
+        self.pulls_withheld = 0  # messages a neighbour asked for by IWANT and did not get for want of budget
 
     async def publish(self, msg_forwarder: ID, pubsub_msg) -> None:
         """Our own messages, and those of origins this node keeps (dial targets, proven peers), always
@@ -78,8 +79,8 @@ class KeepingGossipSub(GossipSub):
         """A neighbour's pull is an upload too: others' messages it asks for go within the same
         budget as the push (without this, what the push withheld left by IWANT at no cost); ours
         and those of origins this node keeps always go."""
-        if self.forwarding is None or self.pubsub is None:
-            await super().handle_iwant(iwant_msg, sender_peer_id)
+        if self.forwarding is None or self.pubsub is None or self._iwant_rate_spent(sender_peer_id):
+            await super().handle_iwant(iwant_msg, sender_peer_id)  # (over its rate: refused and penalised there)
             return
         granted = rpc_pb2.ControlIWant()
         for wire_id in iwant_msg.messageIDs:
@@ -89,10 +90,21 @@ class KeepingGossipSub(GossipSub):
                 granted.messageIDs.append(wire_id)
                 continue
             origin = ID(msg.from_id)
-            if origin == self.pubsub.my_id or self._keeps(origin.to_base58()) or self.forwarding.take(msg.ByteSize()):
+            if (origin == self.pubsub.my_id or self._keeps(origin.to_base58())
+                    or self.forwarding.take(msg.ByteSize(), tally=False)):
                 granted.messageIDs.append(wire_id)
-        if granted.messageIDs:
-            await super().handle_iwant(granted, sender_peer_id)
+            else:
+                self.pulls_withheld += 1
+        await super().handle_iwant(granted, sender_peer_id)  # even empty: the library counts the request
+
+    def _iwant_rate_spent(self, peer: ID) -> bool:
+        """Whether py-libp2p will refuse `peer`'s next IWANT for its rate (read, not counted: the
+        library counts it), so that a refused request spends no budget."""
+        try:
+            recent = [t for t in self.iwant_request_limits[peer]["requests"] if t > time.time() - 1.0]
+            return len(recent) >= self.max_iwant_requests_per_second
+        except (AttributeError, KeyError, TypeError):  # another library version: the budget first
+            return False
 
     def add_peer(self, peer_id: ID, protocol_id) -> None:
         self._since.setdefault(peer_id, time.monotonic())
