@@ -91,3 +91,16 @@ def test_a_node_resumed_without_the_base_score_measures_it_after_its_next_round_
     assert records[1] == (3, 3)  # round 3 is due: its own weights first
     assert records[2] == (0, 0) and base.measured == [0]  # then the base model's
     assert records[3:] == [None, (6, 6)]
+
+
+def test_the_deferred_base_score_waits_for_the_first_round_that_trained():
+    """A first round without a learnable group would otherwise put the base model's evaluation
+    (minutes on a small CPU) before the first update, which is what a new volunteer waits for."""
+    base = Scores()
+    schedule = HeldOutSchedule(120, Scores())
+    schedule.at_start(0, key="base", should_stop=lambda: False, measure_base=base)
+    assert [schedule.after_round(r, trained=False) for r in (1, 2)] == [None, None] and base.measured == []
+    assert schedule.after_round(3, trained=True) == (0, 0)
+    untrained = HeldOutSchedule(120, Scores())  # a node that finds nothing to learn still gets its mark
+    untrained.at_start(0, key="base", should_stop=lambda: False, measure_base=base)
+    assert [untrained.after_round(r, trained=False) for r in range(1, 11)][-1] == (0, 0)

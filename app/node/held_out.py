@@ -14,6 +14,7 @@ from ..learning.tasks import Preset
 # Scores the current weights (after the given round); raises Abandoned when told to stop.
 Measure = Callable[[int, StopCheck | None], EvalResult]
 HeldOutScore = tuple[EvalResult, int]  # the result and the round whose weights it scored
+BASE_WAITS_ROUNDS = 10  # a fresh node that has not trained by then scores the base model anyway
 
 
 class HeldOutSchedule:
@@ -59,17 +60,21 @@ class HeldOutSchedule:
         self._pending = (result, round_no)
         self._start_done = True
 
-    def after_round(self, round_no: int, should_stop: StopCheck | None = None) -> HeldOutScore | None:
+    def after_round(self, round_no: int, should_stop: StopCheck | None = None,
+                    trained: bool = True) -> HeldOutScore | None:
         """The score for this round's record: the start's, once (a record holds one score, and the
         base model's must not be lost: with `every_rounds = 1` the first round's own weights then go
         unmeasured, the second's are); else measured now when due (the update is applied, so it
-        cannot be abandoned: the checkpoint must follow). The deferred base model's score may be
+        cannot be abandoned: the checkpoint must follow). The deferred base model's score comes
+        after the first round that `trained` (the first update is what a new volunteer waits for),
+        or BASE_WAITS_ROUNDS rounds at most, a due evaluation first; it may be abandoned
         (`should_stop`): it is then measured at a later round's end."""
         every, pending, self._pending = self.every_rounds, self._pending, None
         if pending is not None:
             return pending
         due = bool(every) and round_no % every == 0
-        if self._base_due is not None and (round_no == 1 or not due):  # later, a due evaluation comes first
+        if (self._base_due is not None and (trained or round_no >= BASE_WAITS_ROUNDS)
+                and (not due or every == 1)):
             measure_base, key = self._base_due
             shared = self._base_scores if self._base_scores is not None else {}
             try:

@@ -266,7 +266,7 @@ class Node(NodeControls):
                      used_external: Sequence[QuestionGroup]) -> RoundClosing:
         """The round's update is applied: the swarm's figures, and the held-out score when due."""
         rejected, swarm_stats = self.swarm.finish_round(trained, used_external)
-        held_out = self.held_out.after_round(round_no, self._drops_round)
+        held_out = self.held_out.after_round(round_no, self._drops_round, trained=bool(trained))
         best = self.best.best
         if held_out is not None and self.best.improves(held_out[0].accuracy, held_out[1]):
             best = Best(held_out[0].accuracy, held_out[1])  # kept once its checkpoint is written
