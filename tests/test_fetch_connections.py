@@ -97,3 +97,26 @@ def test_peers_that_fall_silent_mid_fetch_neither_hold_fetch_slots_nor_their_con
         for h in crowd.values():
             h.stop()
         b.stop()
+
+
+def test_a_fetch_tries_its_authors_newest_addresses_before_the_announcements_own(tmp_path, monkeypatch):
+    # Two NATed nodes and a helper that restarted (test_netlab_relay.py): an announcement made while
+    # the helper was away names only the author's LAN; fetched later, by those addresses alone, it
+    # failed ("no route") though the author's newer announcement named its relay slot.
+    b = honest(tmp_path, "b")
+    try:
+        author = "12D3KooWENbBm4epqp94Ci12iLK2Pu2MxHQhbF5XkawyaT94xpys"
+        lan = f"/ip4/100.64.2.2/tcp/4001/p2p/{author}"
+        relayed = f"/ip4/198.18.0.10/tcp/4001/p2p/12D3KooWB8Vberbh68SzxiVrhRTRkmXdEKXBz2Qkvm6L51gxpB8M/p2p-circuit/p2p/{author}"
+        older = bundle_and_announcement(author, real_groups(1), round_no=2, addrs=[lan])[1]
+        newer = bundle_and_announcement(author, real_groups(1), round_no=3, addrs=[relayed, lan])[1]
+        assert b.board.offer(author, older) and b.board.offer(author, newer)
+        asked = []
+        monkeypatch.setattr(b.host, "fetch", lambda peer, wanted, size, addrs: asked.append(addrs) or True)
+        # the board may choose either (one bundle per author a round): here, the older
+        monkeypatch.setattr(b.board, "choose", lambda *args, **kwargs: [
+            h for h in b.board.fresh() if h.announcement.round == 2])
+        assert b.plan_fetches(np.random.default_rng(0)) == 1
+        assert asked == [(relayed, lan)]  # the older announcement's bundle, by the author's newest addresses
+    finally:
+        b.stop()

@@ -143,12 +143,25 @@ class SwarmNetwork:
         self._follow_shards()
         budget = self.settings.inbound_budget_bytes if budget_bytes is None else min(budget_bytes, self.settings.inbound_budget_bytes)
         chosen = self.board.choose(budget, rng, avoid=self._not_now, score=self._delivered)
+        newest = self._newest_addrs()
         for heard in chosen:
             ann = heard.announcement
-            if self.host.fetch(heard.origin, ann.digest, ann.size, tuple(ann.addrs)):
+            # An older announcement's addresses may be stale (made while its author's helper was
+            # away: its LAN's only); its author's newest, signed like it, are tried first.
+            addrs = tuple(dict.fromkeys([*newest.get(heard.origin, ()), *ann.addrs]))
+            if self.host.fetch(heard.origin, ann.digest, ann.size, addrs):
                 with self._pending_lock:
                     self._fetches_pending += 1
         return len(chosen)
+
+    def _newest_addrs(self) -> dict[str, tuple[str, ...]]:
+        """Each author's addresses as its latest announcement (its highest round) gives them."""
+        newest: dict[str, tuple[tuple[int, float], tuple[str, ...]]] = {}
+        for h in self.board.fresh():
+            order = (h.announcement.round, h.received)
+            if h.origin not in newest or order > newest[h.origin][0]:
+                newest[h.origin] = (order, tuple(h.announcement.addrs))
+        return {origin: addrs for origin, (_, addrs) in newest.items()}
 
     def _follow_shards(self) -> None:
         """Once a round: the swarm's size as heard from our shard sets our announcement topics."""
