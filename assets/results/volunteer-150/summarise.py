@@ -1,24 +1,28 @@
 """The reported runs' table and plot from the files beside this script: python summarise.py
+(or from another results folder of the same layout: python summarise.py ../volunteer-500)
 
 seed-*/ holds each run's evals.jsonl (held-out accuracy per dataset after every 10th round, 40
 items each, reserved: never trained on), metrics.jsonl (the node's record of every round) and
 plan.json. Prints, per seed, the held-out curve with its standard error, the best so far, the
 largest drop below it after round 30 in standard errors, and what one fixed answer per dataset
-scores on the same items; writes volunteer-150.png (held-out, entropy, KL, learnable groups and
-gradient norm over the rounds).
+scores on the same items; writes <folder>.png (held-out, entropy, KL, learnable groups and
+gradient norm over the rounds). metrics.jsonl may be gzipped (metrics.jsonl.gz).
 """
 
+import gzip
 import json
 import math
+import sys
 from pathlib import Path
 from statistics import fmean
 
-HERE = Path(__file__).parent
+HERE = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).parent
 ITEMS = 40  # per dataset
 
 
 def read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text() if path.exists() else gzip.decompress(Path(f"{path}.gz").read_bytes()).decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def se(p: float, n: int) -> float:
@@ -71,5 +75,5 @@ for name, (evals, metrics) in runs.items():
 axes[0].legend(fontsize=8)
 axes[-1].set_xlabel("round")
 fig.tight_layout()
-fig.savefig(HERE / "volunteer-150.png", dpi=110)
-print(f"\nplot: {HERE / 'volunteer-150.png'}")
+fig.savefig(HERE / f"{HERE.name}.png", dpi=110)
+print(f"\nplot: {HERE / f'{HERE.name}.png'}")
