@@ -99,7 +99,7 @@ def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
     node.start()
     runner = threading.Thread(target=node.run, daemon=True)
     try:
-        node.check_guest(Readings(now=datetime.now(), on_battery=True))  # unplugged before the first round
+        node.guest.check(Readings(now=datetime.now(), on_battery=True))  # unplugged before the first round
         runner.start()
         assert wait_until(lambda: node.state == "suspended", 60)
         assert node.state == "suspended" and node.suspended_for == "on battery" and node.round == 0
@@ -110,10 +110,10 @@ def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
 
         assert wait_until(lambda: any("released the model's memory" in t for t in texts()), 60)
         plugged = datetime.now()
-        node.check_guest(Readings(now=plugged, on_battery=False))
+        node.guest.check(Readings(now=plugged, on_battery=False))
         assert node.suspended_for.startswith("on mains again")  # hysteresis: not yet
         # the policy goes by the readings' clock: mains has stayed connected resume_after_plugged_s (2 s)
-        node.check_guest(Readings(now=plugged + timedelta(seconds=2.1), on_battery=False))
+        node.guest.check(Readings(now=plugged + timedelta(seconds=2.1), on_battery=False))
         assert node.suspended_for is None
         assert wait_until(lambda: node.round >= 1, 300)
         assert node.round >= 1 and node.status().last_round.round >= 1
@@ -121,7 +121,7 @@ def test_a_node_suspends_on_battery_and_resumes_after_mains_stays(tmp_path):
         assert any("released the model's memory" in t for t in texts())
         assert node.backend is not None
         # disk nearly full: suspended with what to do, whatever the battery says
-        node.check_guest(Readings(now=datetime.now(), on_battery=False, free_disk_bytes=10 * 2**20))
+        node.guest.check(Readings(now=datetime.now(), on_battery=False, free_disk_bytes=10 * 2**20))
         assert "free some space" in node.suspended_for
     finally:
         node.request_stop()

@@ -97,13 +97,13 @@ def test_a_long_suspension_releases_the_backend_and_resuming_rebuilds_it(tmp_pat
     events = []
     node, built = make_node(tmp_path, events, **{"resources.release_memory_after_s": 1})
     node.start()
-    node.check_guest(Readings(now=datetime.now(), on_battery=True))
+    node.guest.check(Readings(now=datetime.now(), on_battery=True))
     runner = threading.Thread(target=node.run, args=(1,), daemon=True)
     try:
         runner.start()
         assert wait_until(lambda: built[0].closed, 10)  # released while suspended
         assert node.state == "suspended" and node.round == 0
-        node.check_guest(Readings(now=datetime.now(), on_battery=False))
+        node.guest.check(Readings(now=datetime.now(), on_battery=False))
         runner.join(30)
         assert not runner.is_alive() and node.round == 1 and len(built) == 2 and not built[1].closed
         assert any("released the model's memory" in getattr(e, "text", "") for e in events)

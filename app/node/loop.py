@@ -5,7 +5,7 @@ through events; the parts around the loop live in their own modules:
   resume         where to start from, and what a checkpoint holds
   held_out       when the held-out score is measured, and measuring it
   status         what viewers and `swarmling status` read of the node, and the log file's lines
-  steering       stop / pause / resume and guest readings, from any thread (what Node inherits)
+  steering       stop / pause / resume, from any thread (what Node inherits)
   lifecycle      run / pause / stop requests and guest suspensions, as the loop reads them
   suspension     waiting while held (the model's memory released during long suspensions)
   reconfigure    a config changed while the node runs
@@ -91,7 +91,7 @@ class Node(NodeControls):
         # The services around the loop.
         self._lock = StateDirLock(self.paths.state_dir)
         self._control: ControlServer | None = None
-        self._guest = GuestMonitor(config.resources, self.lifecycle, self.emit, self.paths.state_dir)
+        self.guest = GuestMonitor(config.resources, self.lifecycle, self.emit, self.paths.state_dir)
 
     # ---- what viewers and `swarmling status` see -------------------------------------------------
     def emit(self, event) -> None:
@@ -122,7 +122,7 @@ class Node(NodeControls):
         if cfg.resources.nice:
             with contextlib.suppress(OSError):
                 os.nice(cfg.resources.nice)  # the owner's programs come first
-        self._guest.update(cfg.resources)  # the config may have changed since __init__
+        self.guest.update(cfg.resources)  # the config may have changed since __init__
         self.preset = load_preset(cfg.round.preset)
         self.model = resolve_model(cfg.model.name, self.paths.cache_dir)
         scale = model_scale(self.model)
@@ -156,7 +156,7 @@ class Node(NodeControls):
         ))
         self.swarm.announce_state()
         self._control = open_control(self, self.paths.state_dir, self.emit)
-        self._guest.start()
+        self.guest.start()
 
     def round_settings(self) -> RoundSettings:
         return round_settings(self.config, self.sizing.shape, self.slot.spec.temperature, self.model.name)
@@ -177,7 +177,7 @@ class Node(NodeControls):
             self.sizing = replace(self.sizing, shape=live_shape(config, self.sizing, self.preset, self.model))
         except ResourceError as exc:  # check_config refuses this before saving; a caller that did not check
             self.emit(Notice("warning", f"keeping the running round settings: {exc}"))
-        self._guest.update(config.resources)  # the guest rules take the new settings at the next check
+        self.guest.update(config.resources)  # the guest rules take the new settings at the next check
         self.held_out.every_rounds = config.eval.every_rounds
         return restart_keys(old, config)
 
@@ -310,7 +310,7 @@ class Node(NodeControls):
         self.emit(PhaseChanged(round_no, phase))
 
     def close(self) -> None:
-        self._guest.stop()
+        self.guest.stop()
         if self._control is not None:
             self._control.stop()
             self._control = None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from ..config import Config
 from ..events import Listener, StateChanged
-from .guest import Readings
 from .guest_monitor import GuestMonitor
 from .lifecycle import Intent, Lifecycle
 from .status import StatusBoard
@@ -19,7 +18,7 @@ class NodeControls:
     lifecycle: Lifecycle
     board: StatusBoard
     emit: Listener
-    _guest: GuestMonitor
+    guest: GuestMonitor  # the guest rules (the monitor's thread applies them; tests call its check)
 
     @property
     def state(self) -> str:
@@ -62,7 +61,3 @@ class NodeControls:
             self.emit(StateChanged("running"))
         if before is Intent.PAUSE_AFTER_ROUND:  # the round in flight goes on; nothing waited yet
             self.emit(StateChanged("running"))
-
-    def check_guest(self, readings: Readings) -> None:
-        """Apply the guest rules to these readings now (the monitor's thread does it periodically)."""
-        self._guest.check(readings)
