@@ -1,15 +1,18 @@
 """When the node measures its held-out score (learning/evaluation.py): the weights it starts
-from, then every `eval.every_rounds` rounds; each result goes into the record of the round that
+from (a fresh node's base model after its first update, where the sampler can switch the adapter
+off), then every `eval.every_rounds` rounds; each result goes into the record of the round that
 measured it, with the round whose weights it scored."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from pathlib import Path
 
 from ...backends.base import Abandoned, Sampler, StopCheck
 from ..events import Listener, Notice, Preparing
 from ..learning.evaluation import EvalResult, evaluate
 from ..learning.tasks import Preset
+from ..metrics import read_records
 
 # Scores the current weights (after the given round); raises Abandoned when told to stop.
 Measure = Callable[[int, StopCheck | None], EvalResult]
@@ -27,6 +30,19 @@ class HeldOutSchedule:
         self._start_done = False
         self._base_due: tuple[Measure, Hashable] | None = None  # the base model's score, deferred
 
+    @property
+    def _shared(self) -> dict:
+        """The base scores this node shares (an experiment's nodes), or a dict of its own."""
+        if self._base_scores is None:
+            self._base_scores = {}
+        return self._base_scores
+
+    def _base_score(self, measure: Measure, key: Hashable, should_stop: StopCheck | None) -> EvalResult:
+        """The base model's score: a sharing node's, or measured (once for all that share it)."""
+        if key not in self._shared:
+            self._shared[key] = measure(0, should_stop)
+        return self._shared[key]
+
     def resumed_at(self, round_no: int, saved_record: dict | None) -> None:
         """The weights we resume from were measured when their round ended: no need to again."""
         self._start_done = round_no > 0 and (saved_record or {}).get("eval_of_round") == round_no
@@ -40,23 +56,20 @@ class HeldOutSchedule:
         a node resumed without the base's score (stopped during that evaluation) scores it then."""
         if not self.every_rounds:
             return
-        if measure_base is not None and (round_no == 0 or base_missing) and self._base_due is None:
-            shared = self._base_scores if self._base_scores is not None else {}
-            if key not in shared or round_no > 0:
-                self._base_due = (measure_base, key)
-                if round_no == 0:
-                    self._start_done = True
-                    return
+        fresh_unshared = round_no == 0 and key not in self._shared
+        if measure_base is not None and self._base_due is None and (fresh_unshared or base_missing):
+            self._base_due = (measure_base, key)
+            if round_no == 0:
+                self._start_done = True
         if self._start_done:
             return
         if round_no > 0 and (round_no + 1) % self.every_rounds == 0:
             return  # a resume just before a due round: that round's end measures newer weights at once
-        shared = self._base_scores if self._base_scores is not None and round_no == 0 else {}
         try:
-            result = shared[key] if key in shared else self._measure(round_no, should_stop)
+            result = self._base_score(self._measure, key, should_stop) if round_no == 0 \
+                else self._measure(round_no, should_stop)
         except Abandoned:
             return  # paused or stopped at once: the first scheduled evaluation measures it later
-        shared[key] = result
         self._pending = (result, round_no)
         self._start_done = True
 
@@ -75,13 +88,11 @@ class HeldOutSchedule:
         due = bool(every) and round_no % every == 0
         if (self._base_due is not None and (trained or round_no >= BASE_WAITS_ROUNDS)
                 and (not due or every == 1)):
-            measure_base, key = self._base_due
-            shared = self._base_scores if self._base_scores is not None else {}
             try:
-                result = shared[key] if key in shared else measure_base(0, should_stop)
+                result = self._base_score(*self._base_due, should_stop)
             except Abandoned:
                 return None
-            shared[key], self._base_due = result, None
+            self._base_due = None
             return result, 0
         if due:
             return self._measure(round_no, None), round_no
@@ -104,3 +115,27 @@ def measure(sampler: Sampler, preset: Preset, prefill_answer: bool, max_new_toke
     emit(Notice("info", f"held-out accuracy after round {weights_round}: {result.accuracy:.1%} ({per}; "
                         f"{result.tag_rate:.0%} of replies closed the tag)"))
     return result
+
+
+def base_measure(sampler_now: Callable[[], Sampler], preset: Preset, prefill_answer: bool, max_new_tokens: int,
+                 levels: dict[str, int], emit: Listener) -> Measure | None:
+    """Scores the base model with the adapter off, on the levels given (the node's at its start),
+    on whichever backend the node holds then; None where its sampler cannot switch the adapter off
+    (the base is then scored first)."""
+    if sampler_now().base_sampling() is None:
+        return None
+
+    def measure_base(weights_round: int, should_stop: StopCheck | None) -> EvalResult:
+        sampler = sampler_now()
+        with sampler.base_sampling():
+            return measure(sampler, preset, prefill_answer, max_new_tokens, levels, 0, True, emit, should_stop)
+    return measure_base
+
+
+def base_score_missing(metrics_file: Path, round_no: int, every_rounds: int) -> bool:
+    """Resumed early in its life without the base model's score in any record (stopped while the
+    deferred evaluation ran): it is measured again. Later, an old record may have rolled away, and
+    the base no longer matters beside the evaluations since."""
+    if not 0 < round_no <= every_rounds:
+        return False
+    return not any(r.get("eval_of_round") == 0 for r in read_records(metrics_file))

@@ -40,7 +40,7 @@ from ..learning.rescue import clock_window
 from ..learning.rollout import QuestionGroup
 from ..learning.round import RoundClosing, RoundSettings, Stopwatch, assemble, own_groups, select, train  # step 8: round_assembly.py
 from ..learning.tasks import Preset, load_preset
-from ..metrics import append_record, read_records, reconcile
+from ..metrics import append_record, reconcile
 from ..models import ResolvedModel, resolve_model
 from ..paths import Paths
 from ..sizing import ResourceError, Sizing, memory_note, plan
@@ -50,7 +50,7 @@ from .best import Best, BestKeeper
 from .checkpoint import round_folder
 from .control import ControlServer, open_control
 from .guest_monitor import GuestMonitor
-from .held_out import HeldOutSchedule, measure
+from .held_out import HeldOutSchedule, Measure, base_measure, base_score_missing, measure
 from .lifecycle import Intent, Lifecycle
 from .progress import ProgressReporter
 from .reconfigure import check_runnable, live_shape, restart_keys
@@ -189,7 +189,7 @@ class Node(NodeControls):
         if not self.lifecycle.held:
             self.emit(StateChanged("running"))
             self.held_out.at_start(self.round, self._base_score_key(), self._drops_round, self._base_measure(),
-                                   self._base_score_missing())
+                                   base_score_missing(self.paths.metrics_file, self.round, self.config.eval.every_rounds))
         while rounds is None or done < rounds:
             wait_while_held(self.lifecycle, self.slot, self.config.resources.release_memory_after_s, self.emit)
             if self.lifecycle.stopping:
@@ -280,27 +280,9 @@ class Node(NodeControls):
         return measure(self.slot.backend, self.preset, self.config.reward.prefill_answer, self.sizing.shape.max_new_tokens,
                        self.curriculum.levels(), weights_round, not self._rounds_begun, self.emit, should_stop)
 
-    def _base_measure(self):
-        """Scores the base model with the adapter off, on the levels the node starts at; None where
-        the backend's sampler cannot switch its adapter off (the base is then scored first)."""
-        if self.slot.backend.base_sampling() is None:
-            return None
-        levels = self.curriculum.levels()
-
-        def measure_base(weights_round: int, should_stop: StopCheck | None) -> EvalResult:
-            backend = self.slot.backend
-            with backend.base_sampling():
-                return measure(backend, self.preset, self.config.reward.prefill_answer,
-                               self.sizing.shape.max_new_tokens, levels, 0, True, self.emit, should_stop)
-        return measure_base
-
-    def _base_score_missing(self) -> bool:
-        """Resumed early in its life without the base model's score in any record (stopped while
-        the deferred evaluation ran): it is measured again. Later, an old record may have rolled
-        away, and the base no longer matters beside the evaluations since."""
-        if not 0 < self.round <= self.config.eval.every_rounds:
-            return False
-        return not any(r.get("eval_of_round") == 0 for r in read_records(self.paths.metrics_file))
+    def _base_measure(self) -> Measure | None:
+        return base_measure(lambda: self.slot.backend, self.preset, self.config.reward.prefill_answer,
+                            self.sizing.shape.max_new_tokens, self.curriculum.levels(), self.emit)
 
     def _drops_round(self) -> bool:
         return self.lifecycle.drops_round(self.config.resources.on_suspend == "abandon")

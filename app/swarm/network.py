@@ -140,10 +140,10 @@ class SwarmNetwork:
 
     # ---- per round ---------------------------------------------------------------------------
     def plan_fetches(self, rng: np.random.Generator, budget_bytes: int | None = None) -> int:
-        self._follow_shards()
+        newest = self._newest_addrs()
+        self._follow_shards(newest)
         budget = self.settings.inbound_budget_bytes if budget_bytes is None else min(budget_bytes, self.settings.inbound_budget_bytes)
         chosen = self.board.choose(budget, rng, avoid=self._not_now, score=self._delivered)
-        newest = self._newest_addrs()
         for heard in chosen:
             ann = heard.announcement
             # An older announcement's addresses may be stale (made while its author's helper was
@@ -155,7 +155,8 @@ class SwarmNetwork:
         return len(chosen)
 
     def _newest_addrs(self) -> dict[str, tuple[str, ...]]:
-        """Each author's addresses as its latest announcement (its highest round) gives them."""
+        """Each author heard lately (in the order first heard), with its addresses as its latest
+        announcement (its highest round) gives them."""
         newest: dict[str, tuple[tuple[int, float], tuple[str, ...]]] = {}
         for h in self.board.fresh():
             order = (h.announcement.round, h.received)
@@ -163,12 +164,11 @@ class SwarmNetwork:
                 newest[h.origin] = (order, tuple(h.announcement.addrs))
         return {origin: addrs for origin, (_, addrs) in newest.items()}
 
-    def _follow_shards(self) -> None:
-        """Once a round: the swarm's size as heard from our shard sets our announcement topics."""
-        fresh = self.board.fresh()
-        level = self.shard_level.update({h.origin for h in fresh}, self.host.shards.neighbour_levels())
+    def _follow_shards(self, addrs: dict[str, tuple[str, ...]]) -> None:
+        """Once a round: the swarm's size as heard from our shard (`addrs`: each author heard
+        lately, _newest_addrs) sets our announcement topics."""
+        level = self.shard_level.update(set(addrs), self.host.shards.neighbour_levels())
         self.host.shards.set_level(level, self.shard_level.previous)
-        addrs = {h.origin: h.announcement.addrs for h in fresh}
         order = list(addrs)
         self._shard_rng.shuffle(order)
         # an announcer behind NAT (it announces relay slots) cannot be dialled to hold a connection

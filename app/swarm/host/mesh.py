@@ -65,15 +65,20 @@ class KeepingGossipSub(GossipSub):
         delivered to this node either way). One over budget is still cached, so the heartbeat's
         IHAVE gossip advertises it and a neighbour that wants it pulls it, once there is budget
         again: a flood slows what it crowds out to the gossip's pace instead of stopping it here."""
-        if self.forwarding is not None and self.pubsub is not None and msg_forwarder != self.pubsub.my_id:
-            origin = ID(pubsub_msg.from_id)
-            if not self._keeps(origin.to_base58()):
-                skip = {msg_forwarder, origin}
-                copies = sum(len(set(self.mesh.get(topic, ())) - skip) for topic in pubsub_msg.topicIDs)
-                if copies and not self.forwarding.take(pubsub_msg.ByteSize() * copies):
-                    self.mcache.put(pubsub_msg)
-                    return
+        if (self.forwarding is not None and self.pubsub is not None and msg_forwarder != self.pubsub.my_id
+                and self._budgeted(pubsub_msg)):
+            skip = {msg_forwarder, ID(pubsub_msg.from_id)}
+            copies = sum(len(set(self.mesh.get(topic, ())) - skip) for topic in pubsub_msg.topicIDs)
+            if copies and not self.forwarding.take(pubsub_msg.ByteSize() * copies):
+                self.mcache.put(pubsub_msg)
+                return
         await super().publish(msg_forwarder, pubsub_msg)
+
+    def _budgeted(self, msg) -> bool:
+        """Whether sending `msg` on counts against the budget: another origin's, one this node does
+        not keep (ours and dial targets' or proven peers' always go)."""
+        origin = ID(msg.from_id)
+        return origin != self.pubsub.my_id and not self._keeps(origin.to_base58())
 
     async def handle_iwant(self, iwant_msg, sender_peer_id: ID) -> None:
         """A neighbour's pull is an upload too: others' messages it asks for go within the same
@@ -89,9 +94,7 @@ class KeepingGossipSub(GossipSub):
             if msg is None:  # not ours to send: the library refuses or logs it
                 granted.messageIDs.append(wire_id)
                 continue
-            origin = ID(msg.from_id)
-            if (origin == self.pubsub.my_id or self._keeps(origin.to_base58())
-                    or self.forwarding.take(msg.ByteSize(), tally=False)):
+            if not self._budgeted(msg) or self.forwarding.take(msg.ByteSize(), tally=False):
                 granted.messageIDs.append(wire_id)
             else:
                 self.pulls_withheld += 1
