@@ -121,7 +121,7 @@ def test_another_peers_message_is_forwarded_within_the_budget_and_our_own_always
     wire = {m.seqno: m.from_id + m.seqno for m in (second, ours, kept)}  # opaque bytes, as go and js peers send
     trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=list(wire.values())), mesh[0])
     assert pulled == [[wire[b"3"], wire[b"4"]]]  # ours and the kept origin's
-    assert r.forwarding.withheld == 1 and r.pulls_withheld == 1  # counted apart from the push's
+    assert r.forwarding.withheld == 1 and r.forwarding.pulls_withheld == 1  # counted apart from the push's
     now[0] = 2.0  # two seconds' budget later: the withheld one may be pulled now
     trio.run(r.handle_iwant, rpc_pb2.ControlIWant(messageIDs=[wire[b"2"]]), mesh[0])
     assert pulled[-1] == [wire[b"2"]]

@@ -57,6 +57,7 @@ class UploadBudget:
         self._stamp = clock()
         self.spent_bytes = 0
         self.withheld = 0  # announcements not forwarded, or bundles not served, for want of budget
+        self.pulls_withheld = 0  # messages a neighbour asked for by IWANT and did not get (mesh.py)
 
     @property
     def kib_s(self) -> float:
@@ -68,11 +69,11 @@ class UploadBudget:
             self._rate = value * 1024
             self._tokens = min(self._tokens, self._rate * self._burst_s)
 
-    def take(self, copies_bytes: int, tally: bool = True) -> bool:
+    def take(self, copies_bytes: int, pull: bool = False) -> bool:
         """Whether forwarding `copies_bytes` (a message's size times the peers it goes to) fits now.
         A message costing more than the whole burst goes when the bucket is full (charged the burst):
         under a low cap forwarding slows down, never stops. An infinite rate takes everything.
-        `tally`: a refusal counts in `withheld` (a caller that counts its own says False)."""
+        `pull`: a message a neighbour asked for (a refusal counts in `pulls_withheld`)."""
         with self._lock:
             if self._rate == float("inf"):
                 self.spent_bytes += copies_bytes
@@ -85,8 +86,17 @@ class UploadBudget:
             if not self._average:
                 copies_bytes = needed
             if needed > self._tokens:
-                self.withheld += tally
+                if pull:
+                    self.pulls_withheld += 1
+                else:
+                    self.withheld += 1
                 return False
             self._tokens -= copies_bytes
             self.spent_bytes += copies_bytes
             return True
+
+
+def serving_budget() -> UploadBudget:
+    """Serving our bundles: unbounded but for its upload slots until the user caps the upload
+    (network.cap_upload), then held to the cap on average."""
+    return UploadBudget(float("inf"), burst_s=SERVE_BURST_S, average=True)

@@ -89,11 +89,16 @@ class GossipFigures:
     serves_withheld: int = 0  # requests for our bundles answered "busy" under the user's cap, since start
 
 
-def gossip_figures(pubsub) -> GossipFigures:
+def gossip_figures(pubsub, forwarding: UploadBudget | None = None,
+                   serving: UploadBudget | None = None) -> GossipFigures:
     """Who a node gossips with: pubsub peers, mesh peers, and the lowest score among them (read
-    from another thread than the network's: copies, and a read racing the scorer is skipped)."""
+    from another thread than the network's: copies, and a read racing the scorer is skipped); and
+    what its upload budgets held back since it started."""
+    withheld = {"forwards_withheld": forwarding.withheld if forwarding else 0,
+                "pulls_withheld": forwarding.pulls_withheld if forwarding else 0,
+                "serves_withheld": serving.withheld if serving else 0}
     if pubsub is None:
-        return GossipFigures()
+        return GossipFigures(**withheld)
     router, peers = pubsub.router, list(pubsub.peers)  # read from another thread: copies
     topics = list(pubsub.topic_ids)
     scorer = getattr(router, "scorer", None)
@@ -102,5 +107,4 @@ def gossip_figures(pubsub) -> GossipFigures:
     except RuntimeError:
         scores = []
     return GossipFigures(gossip_peers=len(peers), mesh_peers=len({p for m in list(router.mesh.values()) for p in m}),
-                         lowest_gossip_score=round(min(scores), 1) if scores else None,
-                         pulls_withheld=getattr(router, "pulls_withheld", 0))
+                         lowest_gossip_score=round(min(scores), 1) if scores else None, **withheld)

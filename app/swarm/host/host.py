@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import multiaddr
 import trio
@@ -69,7 +69,7 @@ from .admission import KEEP_AT_MOST, ConnectionKeeper, Rank, free_inbound_slots_
 from .bundle_protocol import BundleExchange, BundleSource, FetchDone, FetchOutcome, with_words
 from .dialer import AuthorDialer, DialCooldown, Dialer, parse_peer_addr
 from .gossip_router import GOSSIPSUB_PROTOCOL, GossipFigures, gossip_figures, gossip_router
-from .forwarding import FORWARD_KIB_S, SERVE_BURST_S, UploadBudget
+from .forwarding import FORWARD_KIB_S, UploadBudget, serving_budget
 from .keep_policy import KeepPolicy
 from .publishing import Publisher
 from .thanks import Thanks, thanks_protocol
@@ -188,8 +188,7 @@ class SwarmHost:
         self._publisher = Publisher(settings.topic, self.shards, self._dialer)
         # Forwarding others' announcements within an upload budget (forwarding.py); a helper forwards freely.
         self.forwarding = None if settings.helper else UploadBudget(settings.forward_kib_s)
-        # Serving our bundles: unbounded but for its slots, until the user caps the upload (network.cap_upload).
-        self.serving = UploadBudget(float("inf"), burst_s=SERVE_BURST_S, average=True)
+        self.serving = serving_budget()  # our bundles: under the user's upload cap, if any
 
     # ---- thread-safe API ---------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
@@ -242,10 +241,7 @@ class SwarmHost:
         return list(dict.fromkeys([*first, *self.listen_addrs]))
 
     def gossip_figures(self) -> GossipFigures:
-        """Who this node gossips with: pubsub peers, mesh peers, the lowest score among them, and
-        what its upload budgets held back (since it started)."""
-        return replace(gossip_figures(self._pubsub), forwards_withheld=self.forwarding.withheld if self.forwarding else 0,
-                       serves_withheld=self.serving.withheld)
+        return gossip_figures(self._pubsub, self.forwarding, self.serving)
 
     def connection_figures(self) -> dict[str, int]:
         """Connections held now, by the first reason each is kept (keep_policy.py)."""

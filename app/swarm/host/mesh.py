@@ -57,7 +57,6 @@ class KeepingGossipSub(GossipSub):
         self._rank = rank  # (announced anything, delivered score): the rest by this
         self._since: dict[ID, float] = {}  # when each gossip peer appeared
         self.forwarding = forwarding  # what forwarding others' messages may upload (forwarding.py); None: unbounded
-        self.pulls_withheld = 0  # messages a neighbour asked for by IWANT and did not get for want of budget
 
     async def publish(self, msg_forwarder: ID, pubsub_msg) -> None:
         """Our own messages, and those of origins this node keeps (dial targets, proven peers), always
@@ -94,10 +93,8 @@ class KeepingGossipSub(GossipSub):
             if msg is None:  # not ours to send: the library refuses or logs it
                 granted.messageIDs.append(wire_id)
                 continue
-            if not self._budgeted(msg) or self.forwarding.take(msg.ByteSize(), tally=False):
+            if not self._budgeted(msg) or self.forwarding.take(msg.ByteSize(), pull=True):
                 granted.messageIDs.append(wire_id)
-            else:
-                self.pulls_withheld += 1
         await super().handle_iwant(granted, sender_peer_id)  # even empty: the library counts the request
 
     def _iwant_rate_spent(self, peer: ID) -> bool:
