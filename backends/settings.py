@@ -6,7 +6,7 @@ nothing here restates them (every field is required)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,4 +99,4 @@ class BackendSpec:
     grpo: GrpoSettings
     seed: int
     full: bool  # train every weight (train.mode = "full") instead of a LoRA adapter
-    cpu_trainer: CpuTrainerChoice = field(default_factory=lambda: CpuTrainerChoice())  # the CPU backend's trainer
+    cpu_trainer: CpuTrainerChoice = CpuTrainerChoice()  # the CPU backend's trainer (frozen: one default serves all)
