@@ -18,6 +18,9 @@ a time (76 s at normal priority beside eager steps that took 2-3x as long, measu
 choice). Its passes and the node's never overlap (torch_compile.ONE_PASS_AT_A_TIME: tracing
 patches torch.nn.Module.__call__ for the whole process), so it builds while the node generates,
 scores or evaluates, and a step waits at most for the build's pass in progress (one of four).
+Those passes find their graphs compiled already: a child process compiles the replica first
+(compile_process.py), so a pass here loads and traces (~16 s at most, one thread) instead of
+compiling (69 s measured).
 """
 
 from __future__ import annotations
@@ -91,10 +94,11 @@ def exercise(trainer, stopped: threading.Event | None = None) -> None:
 class BackgroundCompile:
     """Runs `build()` in a daemon thread at low priority; `done`, `failure` and `seconds` say how it went."""
 
-    def __init__(self, build: Callable[[threading.Event], None], graphs: Callable[[], int]) -> None:
+    def __init__(self, build: Callable[[threading.Event], str], graphs: Callable[[], int]) -> None:
         self._build, self._graphs = build, graphs
         self.stopped = threading.Event()
         self.failure = ""
+        self.how = ""  # what `build` says it did (where the graphs were compiled)
         self.seconds = 0.0
         self.graphs = 0
         self._thread = threading.Thread(target=self._run, name="swarmling-compile", daemon=True)
@@ -117,7 +121,7 @@ class BackgroundCompile:
         lower_this_threads_priority()
         started, before = time.perf_counter(), self._graphs()
         try:
-            self._build(self.stopped)
+            self.how = self._build(self.stopped)
         except Exception as error:  # anything: the node trains on eagerly, and says why
             self.failure = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
         self.seconds = time.perf_counter() - started
@@ -134,10 +138,12 @@ def lower_this_threads_priority() -> None:
 
 
 def start_background_compile(make_replica: Callable[[Path], object], graphs: Callable[[], int],
-                             guard: Callable[[Callable[[], None]], None]) -> BackgroundCompile:
+                             guard: Callable[[Callable[[], None]], None],
+                             prebuild: Callable[[Path, threading.Event], str] | None = None) -> BackgroundCompile:
     """The replica built now (on the calling thread: loading it seeds torch's global RNG, which the
-    node's thread shares), compiled and exercised in the background under `guard` (the crash
-    marker of a first compiled pass), then deleted."""
+    node's thread shares), compiled in the background by `prebuild(folder, stopped)` if given (the
+    child process of compile_process.py, which says what it did), then exercised here under `guard`
+    (the crash marker of a first compiled pass), then deleted."""
     folder = Path(tempfile.mkdtemp(prefix="swarmling-replica-"))
     remove_folder = functools.partial(shutil.rmtree, folder, ignore_errors=True)
     try:
@@ -146,12 +152,13 @@ def start_background_compile(make_replica: Callable[[Path], object], graphs: Cal
     except BaseException:
         remove_folder()
         raise
-    def build(stopped: threading.Event) -> None:
+    def build(stopped: threading.Event) -> str:
         from torch._inductor import config as inductor
 
         with _ONE_BUILD:  # a backend rebuilt while one builds waits for it (one marker, one setting)
             jobs, inductor.compile_threads = inductor.compile_threads, 1  # in this thread, at its priority
             try:
+                how = prebuild(folder, stopped) if prebuild is not None else "compiled in this process"
                 replica.compiling.on = True
                 guard(lambda: exercise(replica, stopped))
                 if replica.compiling.failure:
@@ -159,6 +166,7 @@ def start_background_compile(make_replica: Callable[[Path], object], graphs: Cal
             finally:
                 inductor.compile_threads = jobs
                 remove_folder()
+        return how
 
     background = BackgroundCompile(build, graphs)
     # A process that ends while the thread builds (a quit in the first minutes, a command that

@@ -22,6 +22,7 @@ import psutil
 import torch
 
 from .bf16_check import check_bf16, check_samples
+from .compile_process import ReplicaRecipe, compile_in_child
 from .compile_warmup import start_background_compile, write_replica
 from .base import (
     BackendInfo,
@@ -104,17 +105,22 @@ class CpuBackend(TorchTrainedBackend):
         trainer.compiling.on = False
         trainer.bf16_base = False
 
+        recipe = ReplicaRecipe(settings.lora, settings.optim, settings.grpo, settings.temperature, settings.seed,
+                               bf16, trainer.activation_checkpointing, settings.cpu_trainer.compiler or "",
+                               settings.threads)
+
         def make_replica(into: Path) -> TorchLoraTrainer:
-            replica = TorchLoraTrainer(write_replica(folder, into), settings.lora, settings.optim, settings.grpo,
-                                       settings.temperature, device="cpu", seed=settings.seed)
-            replica.bf16_base, replica.activation_checkpointing = bf16, trainer.activation_checkpointing
-            return replica
+            return recipe.trainer(write_replica(folder, into))
+
+        def in_child(replica_folder: Path, stopped) -> str:
+            return compile_in_child(recipe, replica_folder, stopped,
+                                    lambda: torch_compile.count_a_death(settings.runtime_dir))
 
         def guard(run) -> None:
             torch_compile.first_pass_guarded(settings.runtime_dir, settings.cache_dir, settings.cpu_trainer.compiler or "",
                                              True, run)
 
-        background = start_background_compile(make_replica, torch_compile.graphs_compiled, guard)
+        background = start_background_compile(make_replica, torch_compile.graphs_compiled, guard, in_child)
 
         def when_built() -> None:
             trainer.bf16_base = bf16

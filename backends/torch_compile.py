@@ -115,8 +115,8 @@ class CompiledLayers:
             self._when_failed()
             return
         self.built_in_background = (background.seconds, background.graphs)
-        log.info("compiled graphs built in the background in %.0f s (%d graphs); training compiled from now on",
-                 background.seconds, background.graphs)
+        log.info("compiled graphs built in the background in %.0f s (%d graphs, %s); training compiled from now on",
+                 background.seconds, background.graphs, background.how)
         self._when_built()
         self.on = True
 
@@ -245,6 +245,13 @@ def first_pass_guarded(runtime_dir: Path, cache_dir: Path, compiler: str, unprov
     folder = cache_folder(cache_dir, compiler)
     folder.with_name(folder.name + CRASHED_NOTE).unlink(missing_ok=True)
     return result
+
+
+def count_a_death(runtime_dir: Path) -> None:
+    """A process that compiled for this node died (compile_process.py's child): the next start
+    reads it as a start that died in its first compiled pass."""
+    marker = Path(runtime_dir) / FIRST_PASS_MARKER
+    marker.write_text("the process compiling this node's graphs died\n")
 
 
 def abandon_first_pass() -> None:

@@ -24,6 +24,7 @@ class Built:
 
     def __init__(self, done: bool = True, failure: str = "") -> None:
         self.done, self.failure, self.seconds, self.graphs, self.waited = done, failure, 12.0, 3, False
+        self.how = "compiled in a child process"
 
     def wait(self) -> None:
         self.waited, self.done = True, True
@@ -109,12 +110,12 @@ def test_a_process_that_ends_while_the_graphs_build_leaves_no_crash_marker_and_n
 @pytest.mark.slow  # builds the backend (the model, llama.cpp)
 def test_a_failed_background_build_leaves_the_node_eager_whatever_was_read_while_it_built(
         cpu_backend_maker, gguf_path, tmp_path, monkeypatch):
-    from swarmling.backends import compile_warmup
+    from swarmling.backends import cpu
 
-    def broken(replica, stopped=None):
+    def broken(recipe, folder, stopped, crashed):  # the child process's failure, as it reports it
         raise RuntimeError("InductorError: no compiler after all")
 
-    monkeypatch.setattr(compile_warmup, "exercise", broken)
+    monkeypatch.setattr(cpu, "compile_in_child", broken)
     backend = cpu_backend_maker(gguf_path, tmp_path / "run",
                                cpu_trainer=CpuTrainerChoice(compiler="/usr/bin/g++", compile_reason="compiled: g++"))
     try:
@@ -213,3 +214,100 @@ def test_a_closing_backend_stops_its_build_after_the_pass_under_way_and_never_ad
     assert Replica.passes == 0
     exercise(Replica(), threads.Event())
     assert Replica.passes == 4
+
+
+def a_recipe(compiler: str = "/usr/bin/g++"):
+    from backend_settings import trainer_settings
+
+    from swarmling.backends.compile_process import ReplicaRecipe
+
+    made = trainer_settings()
+    return ReplicaRecipe(made["lora"], made["optim"], made["grpo"], 1.0, 0, False, False, compiler, 1)
+
+
+def test_a_recipe_travels_to_the_child_whole(tmp_path):
+    from swarmling.backends.compile_process import ReplicaRecipe
+
+    recipe = a_recipe()
+    recipe.write(tmp_path)
+    assert ReplicaRecipe.read(tmp_path) == recipe
+
+
+def test_a_child_that_fails_says_why_and_one_that_dies_counts_as_a_death(tmp_path, monkeypatch):
+    """No model in the folder: the child exits with transformers' reason; crashed (a signal of a
+    fault), it is reported as a death, which torch_compile.prepare reads at the next start."""
+    from swarmling.backends import compile_process
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "config.json").write_text("{}")  # an architecture with no model beside it
+    deaths = []
+    with pytest.raises(RuntimeError) as failed:
+        compile_process.compile_in_child(a_recipe(), tmp_path, threading.Event(), lambda: deaths.append(1))
+    assert "model_type" in str(failed.value) and not deaths, failed.value
+    assert not (tmp_path / "cache" / compile_process.BUILT_NOTES).exists()
+
+    real_popen = subprocess.Popen
+    for signal_name, counted in (("SIGKILL", []), ("SIGSEGV", [1])):  # the OOM killer's is no crash
+        code = f"import os, signal; os.kill(os.getpid(), signal.{signal_name})"
+        monkeypatch.setattr(compile_process.subprocess, "Popen",
+                            lambda args, **kw: real_popen([sys.executable, "-c", code], **kw))
+        with pytest.raises(RuntimeError, match=f"died \\({signal_name}\\)"):
+            compile_process.compile_in_child(a_recipe(), tmp_path, threading.Event(), lambda: deaths.append(1))
+        assert deaths == counted
+
+
+def test_a_closing_backend_kills_the_compiling_child_at_once(tmp_path, monkeypatch):
+    from swarmling.backends import compile_process
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "config.json").write_text("{}")
+    real_popen, children = subprocess.Popen, []
+
+    def sleeper(args, **kw):
+        children.append(real_popen([sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+        return children[-1]
+
+    monkeypatch.setattr(compile_process.subprocess, "Popen", sleeper)
+    stopped = threading.Event()
+    threading.Timer(0.5, stopped.set).start()
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="closed"):
+        compile_process.compile_in_child(a_recipe(), tmp_path, stopped, lambda: None)
+    assert time.monotonic() - began < 10 and children[0].poll() is not None
+
+
+@pytest.mark.slow  # a replica compiled from an empty cache in a child process (~2 minutes on 2 cores)
+def test_graphs_a_child_compiled_are_loaded_not_compiled_again_by_the_node(hf_model, tmp_path):
+    """In a fresh process (no graph in memory), after the child filled an empty cache, the
+    replica's every pass kind finds its graphs on disk: inductor's cache misses nothing. The next
+    start skips the child."""
+    code = textwrap.dedent(f"""
+        import os, tempfile, threading
+        from pathlib import Path
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "cache")!r}
+        import torch
+        torch.set_num_threads(1)  # a node at the recipe's thread count
+        from torch._dynamo.utils import counters
+        from torch._inductor import config as inductor
+        from test_compile_warmup import a_recipe
+        from swarmling.backends.compile_process import compile_in_child
+        from swarmling.backends.compile_warmup import exercise, write_replica
+
+        recipe, folder = a_recipe(), write_replica(Path({str(hf_model)!r}), Path({str(tmp_path / "replica")!r}))
+        print("first:", compile_in_child(recipe, folder, threading.Event(), lambda: print("died")))
+        print("again:", compile_in_child(recipe, folder, threading.Event(), lambda: print("died")))
+        inductor.cpp.cxx = (recipe.compiler,)
+        replica = recipe.trainer(folder)
+        replica.compiling.on = True
+        exercise(replica)
+        assert not replica.compiling.failure, replica.compiling.failure
+        print("hits", counters["inductor"]["fxgraph_cache_hit"], "misses", counters["inductor"]["fxgraph_cache_miss"])
+    """)
+    tests = os.path.dirname(__file__)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=tests,
+                          env={**os.environ, "PYTHONPATH": tests + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "first: compiled in a child process" in lines and "again: the cache held the graphs" in lines
+    hits, misses = (int(word) for word in lines[-1].split()[1::2])
+    assert hits > 0 and misses == 0, lines
