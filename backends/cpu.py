@@ -187,8 +187,8 @@ class CpuBackend(TorchTrainedBackend):
         if compiling.pending:
             return f"{reason}; graphs building in the background, eager fp32 until then"
         if compiling.built_in_background:
-            seconds, graphs = compiling.built_in_background
-            return f"{reason}; {graphs} graphs built in the background in {seconds:.0f} s"
+            seconds, graphs, how = compiling.built_in_background
+            return f"{reason}; {graphs} graphs built in the background in {seconds:.0f} s ({how})"
         return reason or ("compiled" if compiling.on else "eager")
 
     def render(self, prompt: ChatPrompt) -> str:

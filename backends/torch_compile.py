@@ -71,7 +71,7 @@ class CompiledLayers:
         self._background = None  # a BackgroundCompile (compile_warmup.py) whose graphs these layers will use
         self._when_built: Callable[[], None] = lambda: None
         self._when_failed: Callable[[], None] = lambda: None
-        self.built_in_background = None  # its report once adopted: seconds, graphs
+        self.built_in_background = None  # its report once adopted: seconds, graphs, where they were compiled
         self._depth = 0  # passes under way (one inside another: the anchor's reference in a step)
 
     @property
@@ -114,7 +114,7 @@ class CompiledLayers:
             log.warning("torch.compile failed in the background, training without it: %s", self.failure)
             self._when_failed()
             return
-        self.built_in_background = (background.seconds, background.graphs)
+        self.built_in_background = (background.seconds, background.graphs, background.how)
         log.info("compiled graphs built in the background in %.0f s (%d graphs, %s); training compiled from now on",
                  background.seconds, background.graphs, background.how)
         self._when_built()
@@ -205,8 +205,8 @@ def prepare(compiler: str, cache_dir: Path, runtime_dir: Path, threads: int) -> 
         shutil.rmtree(folder, ignore_errors=True)
         crashed.parent.mkdir(parents=True, exist_ok=True)
         crashed.write_text(f"{deaths} start(s) died in their first compiled pass; the cache was emptied\n")
-        log.warning("the last start died in its first compiled pass: its compile cache is emptied, and this "
-                    "start trains without torch.compile")
+        log.warning("the last start's first compiled pass died (in the node or the process compiling for it): "
+                    "its compile cache is emptied, and this start trains without torch.compile")
         if deaths == 1:
             return "the last start died in its first compiled pass (cache emptied; the next start compiles again)"
     if deaths >= 2:
@@ -214,9 +214,17 @@ def prepare(compiler: str, cache_dir: Path, runtime_dir: Path, threads: int) -> 
     # torch fills the variable with its /tmp default once anything asks; only a user's own choice wins.
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, os.path.abspath(default_cache_dir())):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
-    inductor.cpp.cxx = (compiler,)
-    inductor.compile_threads = max(1, threads)  # its workers and compiler jobs, within the node's share
+    use_compiler(compiler, threads)  # its workers and compiler jobs, within the node's share
     return None
+
+
+def use_compiler(compiler: str, jobs: int) -> None:
+    """Inductor's C++ compiler, and how many compile jobs it runs at once (the node's, and the
+    child that compiles for it: compile_process.py)."""
+    from torch._inductor import config as inductor
+
+    inductor.cpp.cxx = (compiler,)
+    inductor.compile_threads = max(1, jobs)
 
 
 def _deaths(note: Path) -> int:

@@ -44,7 +44,7 @@ def test_the_layers_compile_between_passes_once_the_background_build_is_done():
     build.done = True
     assert compiling.run(lambda: compiling.on) is True and not compiling.pending
     assert events == [("built", False)]  # what goes with it (a bf16 base) before the first compiled pass
-    assert compiling.built_in_background == (12.0, 3)
+    assert compiling.built_in_background == (12.0, 3, "compiled in a child process")
     compiling.on = False
 
 
@@ -169,6 +169,8 @@ def test_a_fresh_node_trains_eagerly_while_its_graphs_build_then_compiled_withou
         trainer.token_logprobs(samples)  # a pass without gradients: warmed too
         # Every graph built in this process since the backend began was the background build's.
         assert graphs_compiled() - graphs_before == trainer.compiling.built_in_background[1]
+        # ... after a child process compiled them, or found them compiled by an earlier test's child
+        assert trainer.compiling.built_in_background[2] in ("compiled in a child process", "the cache held the graphs")
         print(f"eager steps while building: {', '.join(f'{s:.2f}' for s in steps)} s; built in "
               f"{trainer.compiling.built_in_background[0]:.0f} s; first compiled step {compiled_step:.2f} s")
         # Across the switch the trainer still computes its sampler's policy (as in
@@ -295,7 +297,9 @@ def test_graphs_a_child_compiled_are_loaded_not_compiled_again_by_the_node(hf_mo
 
         recipe, folder = a_recipe(), write_replica(Path({str(hf_model)!r}), Path({str(tmp_path / "replica")!r}))
         print("first:", compile_in_child(recipe, folder, threading.Event(), lambda: print("died")))
-        print("again:", compile_in_child(recipe, folder, threading.Event(), lambda: print("died")))
+        # the next start: another folder (a new one at each start), the same recipe and architecture
+        again = write_replica(Path({str(hf_model)!r}), Path({str(tmp_path / "next-start")!r}))
+        print("again:", compile_in_child(recipe, again, threading.Event(), lambda: print("died")))
         inductor.cpp.cxx = (recipe.compiler,)
         replica = recipe.trainer(folder)
         replica.compiling.on = True
@@ -311,3 +315,46 @@ def test_graphs_a_child_compiled_are_loaded_not_compiled_again_by_the_node(hf_mo
     assert "first: compiled in a child process" in lines and "again: the cache held the graphs" in lines
     hits, misses = (int(word) for word in lines[-1].split()[1::2])
     assert hits > 0 and misses == 0, lines
+
+
+@pytest.mark.slow  # a real child on a real replica
+def test_the_compiling_child_ends_with_the_node_however_the_node_ends(hf_model, tmp_path):
+    """A node killed outright (SIGKILL: no atexit, no stop) leaves no child compiling behind."""
+    import psutil
+
+    code = textwrap.dedent(f"""
+        import os, threading
+        from pathlib import Path
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "cache")!r}
+        from test_compile_warmup import a_recipe
+        from swarmling.backends.compile_process import compile_in_child
+        from swarmling.backends.compile_warmup import write_replica
+
+        folder = write_replica(Path({str(hf_model)!r}), Path({str(tmp_path / "replica")!r}))
+        compile_in_child(a_recipe(), folder, threading.Event(), lambda: None)
+    """)
+    tests = os.path.dirname(__file__)
+    node = subprocess.Popen([sys.executable, "-c", code], cwd=tests, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": tests + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    try:
+        deadline, children = time.monotonic() + 120, []
+        while not children:
+            assert time.monotonic() < deadline and node.poll() is None
+            children = psutil.Process(node.pid).children()
+            time.sleep(0.2)
+        time.sleep(3)  # the child under way (importing torch, or compiling)
+        assert children[0].is_running()
+    finally:
+        node.kill()
+        node.wait()
+    child, deadline = children[0], time.monotonic() + 15
+
+    def running() -> bool:
+        try:
+            return child.status() != psutil.STATUS_ZOMBIE  # a zombie has ended
+        except psutil.NoSuchProcess:
+            return False
+
+    while running():
+        assert time.monotonic() < deadline, "the compiling child outlived its node"
+        time.sleep(0.2)

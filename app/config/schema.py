@@ -144,7 +144,8 @@ class TrainSection(_Section):
     # The CPU trainer's decoder layers through torch.compile (inductor writes C++ for the
     # elementwise ops between the matmuls): ~1.3x a bf16 step, 1.07-1.15x an fp32 one on 2 cores.
     # The graphs are built in the background at low priority, compiled in a child process
-    # (backends/compile_process.py), while the first steps run eagerly in fp32; no step waits for the compiler.
+    # (backends/compile_process.py), while the first steps run eagerly in fp32; a step waits at
+    # most for one pass that loads them, never for the compiler.
     # "auto": on where a C++ compiler is found; "on": tried anyway; "off": never. A first pass
     # that fails compiled runs again without it, which then stays off.
     cpu_compile: Literal["auto", "on", "off"] = "auto"
