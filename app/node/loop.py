@@ -255,9 +255,9 @@ class Node(NodeControls):
         if record.eval_of_round == round_no and self.best.improves(record.eval_accuracy, round_no):
             self.best.keep(round_folder(self.paths.checkpoints, round_no), record.eval_accuracy, round_no)
         self.curriculum, self.waiting, self.awaiting_rescue = outcome.curriculum, outcome.waiting, outcome.awaiting_rescue
-        self.round = round_no
         append_record(self.paths.metrics_file, outcome.record.to_dict())
         self.emit(RoundFinished(outcome.record))
+        self.round = round_no  # after the status board holds the round's record: `status` never sees one without it
         self.emit(RoundRollouts(round_no, group_views(round_no, outcome.groups, outcome.used_external,
                                                       outcome.trained, prefill)))
         self.swarm.announce_state()
