@@ -8,7 +8,7 @@ through events; the parts around the loop live in their own modules:
   steering       stop / pause / resume, from any thread (what Node inherits)
   lifecycle      run / pause / stop requests and guest suspensions, as the loop reads them
   suspension     waiting while held (the model's memory released during long suspensions)
-  reconfigure    a config changed while the node runs
+  reconfigure    a config changed while the node runs (what Node inherits)
   guest_monitor  the battery, hours, idle and disk rules, polled on a small thread
   control        the local socket behind `swarmling status|pause|resume|finish`
   state_lock     one node per state dir
@@ -22,8 +22,6 @@ import functools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import replace
-
 
 from ...backends.base import Abandoned, Backend, StopCheck
 from ...backends.registry import build_backend
@@ -53,7 +51,7 @@ from .guest_monitor import GuestMonitor
 from .held_out import HeldOutSchedule, Measure, base_measure, base_score_missing, measure
 from .lifecycle import Intent, Lifecycle
 from .progress import ProgressReporter
-from .reconfigure import check_runnable, live_shape, restart_keys
+from .reconfigure import NodeReconfiguring
 from .resume import find_start, restore, write_checkpoint
 from .round_settings import intake_context, round_settings
 from .state_lock import StateDirLock
@@ -62,7 +60,7 @@ from .status import NodeStatus, StatusBoard
 from .suspension import wait_while_held
 
 
-class Node(NodeControls):
+class Node(NodeControls, NodeReconfiguring):
     def __init__(self, config: Config, paths: Paths, listener: Listener | None = None,
                  hardware: Hardware | None = None, build: BackendBuilder = build_backend,
                  connect: SwarmOpener = open_swarm, base_evals: dict | None = None) -> None:
@@ -160,26 +158,6 @@ class Node(NodeControls):
 
     def round_settings(self) -> RoundSettings:
         return round_settings(self.config, self.sizing.shape, self.slot.spec.temperature, self.model.name)
-
-    def check_config(self, config: Config) -> None:
-        """Raise ConfigError when this machine cannot run `config` (a memory ceiling that no round
-        fits), so that the settings screen refuses it before the file is written."""
-        if self.slot is not None:  # not started: start() checks, and says so
-            check_runnable(config, self.hardware, self.preset, self.model)
-
-    def apply_config(self, config: Config) -> list[str]:
-        """Take a changed config from the settings screen (node/reconfigure.py says what applies
-        when); returns the changed keys that need a restart (backend, model, preset, swarm)."""
-        old, self.config = self.config, config
-        if self.slot is None:  # not started yet: start() reads the new config
-            return []
-        try:
-            self.sizing = replace(self.sizing, shape=live_shape(config, self.sizing, self.preset, self.model))
-        except ResourceError as exc:  # check_config refuses this before saving; a caller that did not check
-            self.emit(Notice("warning", f"keeping the running round settings: {exc}"))
-        self.guest.update(config.resources)  # the guest rules take the new settings at the next check
-        self.held_out.every_rounds = config.eval.every_rounds
-        return restart_keys(old, config)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, rounds: int | None = None) -> int:
