@@ -4,7 +4,7 @@ The GGUF -> torch conversion (about 25 s) is cached once per machine in a test c
 the node caches it in the user's cache dir.
 
 Two tiers: `pytest -m "not slow"` runs what needs no model (pure logic, the fake backend in
-fakes.py, real libp2p hosts), in about two minutes; plain `pytest` (CI, the README's command) runs
+fakes.py, real libp2p hosts), in about four minutes on 2 cores; plain `pytest` (CI, the README's command) runs
 everything. A test that loads the model through the fixtures below is marked slow here; one that
 starts a real node another way carries `@pytest.mark.slow` itself.
 """
