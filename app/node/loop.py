@@ -100,7 +100,7 @@ class Node(NodeControls, NodeReconfiguring):
     def status(self) -> NodeStatus:
         """For `swarmling status`: safe to read from any thread."""
         backend = self.backend
-        return self.board.snapshot(round_no=self.round, suspended_for=self.suspended_for,
+        return self.board.snapshot(suspended_for=self.suspended_for,
                                    model=self.model.name if self.model is not None else None,
                                    backend=backend.info().name if backend is not None else None,
                                    swarm_host=self.swarm.health())
@@ -142,6 +142,7 @@ class Node(NodeControls, NodeReconfiguring):
         except ValueError as exc:
             raise NodeError(f"round.datasets / round.levels: {exc}") from None
         self.round = start.round
+        self.board.resumed(start.round, start.saved_record)
         reconcile(self.paths.metrics_file, self.round, start.saved_record)
         self.held_out.resumed_at(self.round, start.saved_record)
         self.best = BestKeeper(self.paths.checkpoints, self.preset.name)
@@ -233,9 +234,9 @@ class Node(NodeControls, NodeReconfiguring):
         if record.eval_of_round == round_no and self.best.improves(record.eval_accuracy, round_no):
             self.best.keep(round_folder(self.paths.checkpoints, round_no), record.eval_accuracy, round_no)
         self.curriculum, self.waiting, self.awaiting_rescue = outcome.curriculum, outcome.waiting, outcome.awaiting_rescue
+        self.round = round_no
         append_record(self.paths.metrics_file, outcome.record.to_dict())
         self.emit(RoundFinished(outcome.record))
-        self.round = round_no  # after the status board holds the round's record: `status` never sees one without it
         self.emit(RoundRollouts(round_no, group_views(round_no, outcome.groups, outcome.used_external,
                                                       outcome.trained, prefill)))
         self.swarm.announce_state()

