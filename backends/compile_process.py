@@ -28,13 +28,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from importlib import metadata
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 
 from .settings import GrpoSettings, LoraSettings, OptimSettings
