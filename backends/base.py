@@ -229,6 +229,7 @@ class ReferenceDecoder(Protocol):
     the node's sampling throughput with, and where the sampler's last `generate` spent its time."""
 
     last_profile: GenerationProfile
+    path: Path  # the GGUF file it decodes with
 
     def reference_decode(
         self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0

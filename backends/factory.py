@@ -75,6 +75,7 @@ def build_cpu(spec: BackendSpec) -> Backend:
             grpo=spec.grpo,
             seed=spec.seed,
             cpu_trainer=spec.cpu_trainer,
+            cpu_sampler=spec.cpu_sampler,
         )
     )
 

@@ -19,7 +19,7 @@ _LOG_LOCK = threading.Lock()
 _LOG_CALLBACK = None
 
 
-def _silence_llama_logs() -> None:
+def silence_llama_logs() -> None:
     """llama.cpp prints model-loading chatter to stderr; the node has its own logging."""
     global _LOG_CALLBACK
     with _LOG_LOCK:
@@ -50,7 +50,7 @@ class LlamaCppError(RuntimeError):
 
 class LlamaCppEngine:
     def __init__(self, gguf_path: Path, threads: int) -> None:
-        _silence_llama_logs()
+        silence_llama_logs()
         self.path = Path(gguf_path)
         self.threads = max(1, int(threads))
         params = lc.llama_model_default_params()

@@ -83,6 +83,16 @@ class CpuTrainerChoice:
 
 
 @dataclass(frozen=True)
+class CpuSamplerChoice:
+    """Which weights the CPU backend's sampler (llama.cpp) runs: decided once for the machine
+    (`app/sizing.py`); the reason is shown on the node's backend line."""
+
+    f16: bool = False  # an F16 copy of a Q4_1 GGUF (backends/sampler_weights.py), else the file itself
+    f16_any: bool = False  # ... of any quantized GGUF (backend.sampler_weights = "f16")
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     """Everything `registry.build_backend` needs to build any backend."""
 
@@ -100,3 +110,4 @@ class BackendSpec:
     seed: int
     full: bool  # train every weight (train.mode = "full") instead of a LoRA adapter
     cpu_trainer: CpuTrainerChoice = CpuTrainerChoice()  # the CPU backend's trainer (frozen: one default serves all)
+    cpu_sampler: CpuSamplerChoice = CpuSamplerChoice()  # ... and its sampler's weights

@@ -150,3 +150,18 @@ def test_the_cpu_trainer_compiles_where_a_compiler_is_found_unless_told_not_to()
     assert resolved(hw=machine(8), train={"cpu_compile": "on"}).cpu_trainer.compiler == "g++"  # tried; falls back if it fails
     on_gpu = machine(8, cxx_compiler="/usr/bin/g++", cuda_devices=("H100",), cuda_memory=(80 * 2**30,))
     assert resolved(hw=on_gpu).cpu_trainer.compiler is None  # the CUDA trainer: not measured compiled
+
+
+def test_the_cpu_sampler_runs_an_f16_copy_where_the_cpu_has_avx512_unless_told():
+    """app/sizing.sampler_weights_choice: measured on AVX-512 only, so AVX2-only CPUs keep the file
+    as shipped unless told `f16`; `shipped` keeps it everywhere."""
+    avx512 = machine(8, cpu_flags=frozenset({"avx2", "avx512f"}))
+    chosen = resolved(hw=avx512).cpu_sampler
+    assert chosen.f16 and not chosen.f16_any and "AVX-512" in chosen.reason  # Q4_1 files only
+    avx2 = resolved(hw=machine(8, cpu_flags=frozenset({"avx2"}))).cpu_sampler
+    assert not avx2.f16 and "no AVX-512" in avx2.reason
+    told = resolved(hw=machine(8, cpu_flags=frozenset({"avx2"})), backend={"sampler_weights": "f16"}).cpu_sampler
+    assert told.f16 and told.f16_any
+    assert not resolved(hw=avx512, backend={"sampler_weights": "shipped"}).cpu_sampler.f16
+    with pytest.raises(ValueError):
+        resolved(hw=avx512, backend={"sampler_weights": "q8"})

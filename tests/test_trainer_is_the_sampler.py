@@ -14,7 +14,8 @@ import pytest
 from backend_settings import optim_settings
 
 from swarmling.backends.base import ChatPrompt, TrainSample
-from swarmling.backends.settings import CpuTrainerChoice
+from swarmling.backends.sampler_weights import f16_copy, file_type
+from swarmling.backends.settings import CpuSamplerChoice, CpuTrainerChoice
 
 
 def sampler_gap(backend, samples) -> float:
@@ -59,3 +60,29 @@ def test_after_training_the_trainer_is_its_samplers_policy_in_fp32_and_compiled_
     # fp32, 0.062 compiled bf16, 0.27 eager bf16).
     assert fp32 < 0.12 and compiled_bf16 < 0.12
     assert eager_bf16 > 2 * max(fp32, compiled_bf16)  # why a node never trains eager bf16
+
+
+def test_an_f16_copy_of_the_shipped_file_samples_the_trainers_policy_and_is_made_once(backend_factory, tmp_path):
+    """backends/sampler_weights.py: the shipped Q4_1 file's sampler sits ~0.05 nats a token from the
+    fp32 trainer (llama.cpp quantizes activations inside quantized matmuls), an F16 copy's within
+    a few thousandths; both after the same two steps, so the adapter's updates are in the gap too."""
+    backends = {name: backend_factory(tmp_path / name, cpu_sampler=choice, optim=optim_settings(learning_rate=3e-4, warmup_steps=5))
+                for name, choice in (("shipped", CpuSamplerChoice()), ("f16", CpuSamplerChoice(f16=True, reason="asked")))}
+    shipped, f16 = backends["shipped"], backends["f16"]
+    assert file_type(shipped.sampler_gguf) == 3 and file_type(f16.sampler_gguf) == 1
+    assert "an F16 copy: asked" in f16.info().generator and "as shipped" in shipped.info().generator
+    prompt = shipped.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
+    samples = [TrainSample(prompt, shipped.tokenize(reply), advantage) for reply, advantage in
+               (("8</answer>", 1.0), ("9</answer>", -1.0), ("The sum is 8.</answer>", 0.5), ("I think 7</answer>", -0.5))]
+    gaps = {}
+    for name, backend in backends.items():
+        for _ in range(2):
+            backend.train_step(samples)
+        gaps[name] = sampler_gap(backend, samples)
+    print(f"trainer vs sampler after two steps, nats a token: {gaps}")
+    assert gaps["f16"] < 0.01 and gaps["shipped"] > 3 * gaps["f16"]
+    # Written once: a second start finds the copy (same path, not rewritten).
+    written = f16.sampler_gguf.stat().st_mtime_ns
+    assert f16_copy(shipped.settings.gguf, shipped.settings.cache_dir) == f16.sampler_gguf
+    assert f16.sampler_gguf.stat().st_mtime_ns == written
+    assert f16_copy(f16.sampler_gguf, tmp_path) == f16.sampler_gguf  # already F16: used as it is

@@ -19,6 +19,8 @@ comparison, whose unshared pass is not what a node runs).
 The reference decodes exactly the token counts the round produced (same prompts, same number of
 sequences, each stopping where the round's did) with llama.cpp's own C sampler and no logprobs,
 so the ratio measures what the node's sampling with logprobs costs on top of llama.cpp itself.
+Where the sampler runs an F16 copy of the model's file (`backend.sampler_weights`), the reference
+decodes the same lengths on the file as shipped too: what the copy saves, in the same run.
 Targets: generation ≥ 0.9 of the reference, adapter hand-off < 1 s. Runs in a throwaway home,
 so the user's checkpoints are never touched.
 """
@@ -146,6 +148,17 @@ def _bench(node: Node, rounds: int) -> int:
     print("\ngeneration throughput (same prompts, same completion lengths, prefill included)")
     print(f"  raw llama.cpp, C sampler, no logprobs   {ref_tps:7.1f} tok/s ({ref_tokens} tokens in {ref_seconds:.2f} s)")
     print(f"  swarmling round (last round)            {round_tps:7.1f} tok/s  ratio {round_tps / ref_tps:.2f}  (target >= 0.90)")
+    shipped = node.model.gguf if node.model is not None else None
+    if shipped is not None and Path(reference.path) != shipped:  # the sampler runs a copy (backend.sampler_weights)
+        from ...backends.llama_cpp_generator import LlamaCppGenerator
+
+        as_shipped = LlamaCppGenerator(shipped, node.sizing.build.threads)
+        try:
+            tokens, seconds = as_shipped.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)
+        finally:
+            as_shipped.close()
+        print(f"  raw llama.cpp on the file as shipped      {tokens / seconds:7.1f} tok/s: the sampler's copy "
+              f"({Path(reference.path).name}) decodes in {ref_seconds / seconds:.2f}x its time")
     if reference.last_profile.total_s > 0:  # the last round's generation
         print(generation_profile(reference.last_profile))
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")

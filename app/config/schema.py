@@ -30,6 +30,10 @@ class ModelSection(_Section):
 class BackendSection(_Section):
     kind: BackendName = "auto"
     threads: int | None = Field(default=None, ge=1, le=1024)
+    # The CPU sampler's weights (app/sizing.sampler_weights_choice): "auto" samples from an F16 copy
+    # of a Q4_1 file where the CPU has AVX-512 (faster, and nearer the trainer), "f16" from an F16
+    # copy of any quantized file, "shipped" from the file as it is.
+    sampler_weights: Literal["auto", "f16", "shipped"] = "auto"
 
 
 class RoundSection(_Section):

@@ -47,6 +47,7 @@ def backend_spec(config: Config, paths: Paths, build: BuildSettings, model: Reso
         seed=seed,
         full=t.mode == "full",
         cpu_trainer=build.cpu_trainer,
+        cpu_sampler=build.cpu_sampler,
     )
 
 
