@@ -214,18 +214,20 @@ def cpu_bf16_choice(mode: str, hw: Hardware, compiled: bool) -> tuple[bool, str]
 def sampler_weights_choice(mode: str, hw: Hardware) -> CpuSamplerChoice:
     """Which weights the CPU sampler (llama.cpp) runs, and why (backend.sampler_weights).
 
-    An F16 copy of the shipped Q4_1 file where the CPU has AVX-512: measured on a 2-core AMX Xeon,
+    An F16 copy of a Q4_1 file (the shipped model's) where the CPU has AVX-512: measured on a 2-core AMX Xeon,
     the same prompts and reply lengths decode in 0.62x the time, and the sampler sits 0.002 nats a
     token from the fp32 trainer instead of 0.054 (backends/sampler_weights.py). llama.cpp's F16
-    kernels there use AVX-512F alone, so an AVX-512 EPYC runs the same code. Not on AVX2-only CPUs:
-    unmeasured there ("f16" to try it; `swarmling bench` says what a round takes)."""
+    kernels there use AVX-512F alone, so an AVX-512 EPYC runs the same code. Measured on 2 cores
+    only: a decode step with one live reply reads the whole copy (2.8x the bytes), so the copy wins
+    on batches, not on a lone reply. Not on AVX2-only CPUs: unmeasured there ("f16" to try it;
+    `swarmling bench` times the shipped file beside the copy)."""
     if mode == "shipped":
         return CpuSamplerChoice(reason="backend.sampler_weights = shipped")
     if mode == "f16":
         return CpuSamplerChoice(f16=True, f16_any=True, reason="backend.sampler_weights = f16")
     if "avx512f" not in hw.cpu_flags:
         return CpuSamplerChoice(reason="this CPU has no AVX-512 (backend.sampler_weights = auto)")
-    return CpuSamplerChoice(f16=True, reason="F16 for a Q4_1 file: this CPU has AVX-512 (backend.sampler_weights = auto)")
+    return CpuSamplerChoice(f16=True, reason="this CPU has AVX-512 (backend.sampler_weights = auto)")
 
 
 def cpu_compile_choice(mode: str, hw: Hardware) -> tuple[str | None, str]:

@@ -4,8 +4,9 @@ swapped in without reloading the base model.
 
 Sampler/trainer consistency: llama.cpp on a Q4 file is not bit-for-bit the fp32 trainer (it
 quantizes activations inside quantized matmuls; ≈ 6% of sampled tokens have pi_train/pi_sampler
-outside [0.8, 1.2]); where the sampler runs an F16 copy of the file (backends/sampler_weights.py,
-chosen in app/sizing.py) it is within 0.002 nats a token, but not bit-for-bit either. So the trainer never uses the sampler's logprobs as pi_old: it computes
+outside [0.8, 1.2]). Where the sampler runs an F16 copy of the file (backends/sampler_weights.py,
+chosen in app/sizing.py) it is 0.002 nats a token from the fp32 trainer and 0.025 from the bf16
+one, but not bit-for-bit either. So the trainer never uses the sampler's logprobs as pi_old: it computes
 pi_old itself (exact for its one update per round), and the sampler's logprobs only feed a
 truncated importance weight min(pi_train / pi_sampler, cap) that corrects for the mismatch, plus
 diagnostics reported in every round's metrics.
@@ -43,7 +44,7 @@ from .heap import return_freed_memory
 from . import torch_compile
 from .hf_from_gguf import converted_folder
 from .llama_cpp_generator import LlamaCppGenerator
-from .sampler_weights import f16_copy
+from .sampler_weights import sampler_weights
 from .settings import CpuSamplerChoice, CpuTrainerChoice, GrpoSettings, LoraSettings, OptimSettings
 from .torch_lora import TorchLoraTrainer
 from .torch_trained import TorchTrainedBackend
@@ -74,9 +75,10 @@ class CpuBackend(TorchTrainedBackend):
     def __init__(self, settings: CpuSettings) -> None:
         self.settings = settings
         torch.set_num_threads(settings.threads)
-        sampler = settings.cpu_sampler
-        self.sampler_gguf = f16_copy(settings.gguf, settings.cache_dir, settings.threads, sampler.f16_any) \
-            if sampler.f16 else settings.gguf
+        choice = settings.cpu_sampler
+        self.sampler_weights = sampler_weights(settings.gguf, settings.cache_dir, settings.threads, f16=choice.f16,
+                                               any_quantized=choice.f16_any, reason=choice.reason)
+        self.sampler_gguf = self.sampler_weights.path
         self.generator = LlamaCppGenerator(self.sampler_gguf, settings.threads)
         self.chat_template = settings.chat_template or self.generator.chat_template
         folder = converted_folder(settings.gguf, settings.cache_dir)
@@ -178,8 +180,7 @@ class CpuBackend(TorchTrainedBackend):
             model=self.settings.model_name,
             memory_bytes=psutil.Process().memory_info().rss,
             generator=f"llama.cpp ({self.generator.architecture}, {self.generator.model_bytes / 1e6:.0f} MB GGUF, "
-            f"{'an F16 copy' if self.sampler_gguf != self.settings.gguf else 'as shipped'}"
-            f"{': ' + self.settings.cpu_sampler.reason if self.settings.cpu_sampler.reason else ''})",
+            f"{self.sampler_weights.note})",
             trainer=f"torch {torch.__version__} {'bf16 base' if self.trainer.bf16_base else 'fp32'} + LoRA r={self.settings.lora.r} "
             f"({self.trainer.trainable_parameters() / 1e6:.2f}M trainable)"
             + (", activation checkpointing" if self.trainer.activation_checkpointing else "")

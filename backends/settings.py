@@ -88,7 +88,7 @@ class CpuSamplerChoice:
     (`app/sizing.py`); the reason is shown on the node's backend line."""
 
     f16: bool = False  # an F16 copy of a Q4_1 GGUF (backends/sampler_weights.py), else the file itself
-    f16_any: bool = False  # ... of any quantized GGUF (backend.sampler_weights = "f16")
+    f16_any: bool = False  # with f16: of any quantized GGUF, and a failed copy is an error (= "f16")
     reason: str = ""
 
 

@@ -14,7 +14,7 @@ import pytest
 from backend_settings import optim_settings
 
 from swarmling.backends.base import ChatPrompt, TrainSample
-from swarmling.backends.sampler_weights import f16_copy, file_type
+from swarmling.backends.sampler_weights import SamplerWeightsError, f16_copy, file_type, sampler_weights
 from swarmling.backends.settings import CpuSamplerChoice, CpuTrainerChoice
 
 
@@ -81,8 +81,26 @@ def test_an_f16_copy_of_the_shipped_file_samples_the_trainers_policy_and_is_made
         gaps[name] = sampler_gap(backend, samples)
     print(f"trainer vs sampler after two steps, nats a token: {gaps}")
     assert gaps["f16"] < 0.01 and gaps["shipped"] > 3 * gaps["f16"]
-    # Written once: a second start finds the copy (same path, not rewritten).
-    written = f16.sampler_gguf.stat().st_mtime_ns
-    assert f16_copy(shipped.settings.gguf, shipped.settings.cache_dir) == f16.sampler_gguf
-    assert f16.sampler_gguf.stat().st_mtime_ns == written
-    assert f16_copy(f16.sampler_gguf, tmp_path) == f16.sampler_gguf  # already F16: used as it is
+    # Written once, into an empty cache here (the test cache holds one already): no partial file
+    # left, and a second call finds it without writing.
+    made = f16_copy(shipped.settings.gguf, tmp_path / "cache")
+    assert file_type(made) == 1 and [f.name for f in made.parent.iterdir() if f.name.endswith(".tmp")] == []
+    written = made.stat().st_mtime_ns
+    assert f16_copy(shipped.settings.gguf, tmp_path / "cache") == made and made.stat().st_mtime_ns == written
+    # An F16 file is sampled as it is.
+    as_is = sampler_weights(made, tmp_path / "other", 1, f16=True, any_quantized=True, reason="asked")
+    assert as_is.path == made and "floating point already" in as_is.note
+
+
+def test_a_copy_that_cannot_be_written_fails_where_asked_for_and_falls_back_under_auto(gguf_path, tmp_path, monkeypatch):
+    """backends/sampler_weights.py: llama.cpp's quantizer failing (a full disk, say) leaves no
+    file behind; backend.sampler_weights = "f16" refuses to start with what to change, "auto"
+    samples the shipped file (the copy only makes sampling faster)."""
+    import llama_cpp
+
+    monkeypatch.setattr(llama_cpp, "llama_model_quantize", lambda *a: 1)
+    with pytest.raises(SamplerWeightsError, match="sampler_weights = 'shipped'"):
+        sampler_weights(gguf_path, tmp_path, 1, f16=True, any_quantized=True, reason="asked")
+    fallback = sampler_weights(gguf_path, tmp_path, 1, f16=True, any_quantized=False, reason="auto")
+    assert fallback.path == gguf_path and "the F16 copy failed" in fallback.note
+    assert [f.name for f in (tmp_path / "sampler-models").iterdir() if f.suffix in (".gguf", ".tmp")] == []

@@ -1,6 +1,7 @@
 """Trying a node's model: `swarmling ask QUESTION`, the TUI's try-it screen and the end of a run: the trained model and the base model
 answer the same question side by side, asked as the node asks (its prompt, the pre-started
-`<answer>`) and decoded as the evaluation decodes (near-greedy, a fixed seed).
+`<answer>`) and decoded as the evaluation decodes (near-greedy, a fixed seed), on the model's file
+as shipped (the node's sampler may run an F16 copy of it: backend.sampler_weights).
 
 A small copy of its own rather than the node's backend: llama.cpp alone on the base GGUF (no
 torch trainer), with the checkpoint's adapter written as a GGUF LoRA into a temporary folder,

@@ -41,4 +41,3 @@ for q in gens:
     print(f"{q}: raw llama.cpp same lengths ({tok} tokens): median {statistics.median(rt[q]):.2f} s ratio {statistics.median(rt[q]) / statistics.median(rt[base]):.2f}")
 for q in gens:
     print(f"{q}: median {statistics.median(times[q]):.2f} s  ratio to {base} {statistics.median(times[q]) / statistics.median(times[base]):.2f}")
-# Log-prob agreement: score the base file's replies under each file's model (prompt_logits)
