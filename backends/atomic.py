@@ -57,6 +57,13 @@ def atomic_file(path: Path, *, fsync: bool = True, mode: int | None = None) -> I
         tmp.unlink(missing_ok=True)
 
 
+def remove_stale_temporaries(path: Path) -> None:
+    """Remove what `atomic_file(path)` writers killed mid-write left beside `path`; call only
+    while no writer of `path` can run (under the caller's lock)."""
+    for stale in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
 def write_atomic(path: Path, data: bytes | str, *, fsync: bool = True, mode: int | None = None) -> None:
     """`path` holds `data` (text is written as UTF-8), all or nothing."""
     raw = data.encode("utf-8") if isinstance(data, str) else data

@@ -75,11 +75,8 @@ class CpuBackend(TorchTrainedBackend):
     def __init__(self, settings: CpuSettings) -> None:
         self.settings = settings
         torch.set_num_threads(settings.threads)
-        choice = settings.cpu_sampler
-        self.sampler_weights = sampler_weights(settings.gguf, settings.cache_dir, settings.threads, f16=choice.f16,
-                                               any_quantized=choice.f16_any, reason=choice.reason)
-        self.sampler_gguf = self.sampler_weights.path
-        self.generator = LlamaCppGenerator(self.sampler_gguf, settings.threads)
+        self.sampler_weights = sampler_weights(settings.gguf, settings.cache_dir, settings.threads, settings.cpu_sampler)
+        self.generator = LlamaCppGenerator(self.sampler_weights.path, settings.threads)
         self.chat_template = settings.chat_template or self.generator.chat_template
         folder = converted_folder(settings.gguf, settings.cache_dir)
         self.trainer = TorchLoraTrainer(

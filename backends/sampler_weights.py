@@ -22,9 +22,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import atomic_file
+from .atomic import atomic_file, remove_stale_temporaries
 from .base import BackendUnavailable
 from .hf_from_gguf import gguf_fingerprint
+from .settings import CpuSamplerChoice
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +53,22 @@ class SamplerWeights:
     note: str  # what was done, for the node's backend line
 
 
-def sampler_weights(gguf: Path, cache_dir: Path, threads: int, *, f16: bool, any_quantized: bool,
-                    reason: str) -> SamplerWeights:
-    """The file the CPU sampler runs, as app/sizing.sampler_weights_choice decided (`f16`,
-    `any_quantized`, `reason`). A copy that cannot be written is an error where it was asked for
-    (backend.sampler_weights = "f16") and a warning under "auto", which then samples the file as
-    shipped: the copy only makes sampling faster."""
-    if not f16:
-        return SamplerWeights(gguf, f"as shipped: {reason}")
+def sampler_weights(gguf: Path, cache_dir: Path, threads: int, choice: CpuSamplerChoice) -> SamplerWeights:
+    """The file the CPU sampler runs, as app/sizing.sampler_weights_choice decided. A copy that
+    cannot be written is an error where it was asked for (backend.sampler_weights = "f16") and a
+    warning under "auto", which then samples the file as shipped: the copy only makes sampling
+    faster."""
+    if not choice.f16:
+        return SamplerWeights(gguf, f"as shipped: {choice.reason}")
     kind = file_type(gguf)
     if kind in FLOAT_FILE_TYPES:
         return SamplerWeights(gguf, "as shipped: its matrices are floating point already")
-    if kind != Q4_1_FILE_TYPE and not any_quantized:
+    if kind != Q4_1_FILE_TYPE and not choice.f16_any:
         return SamplerWeights(gguf, "as shipped: only Q4_1 files are copied to F16 by default (measured)")
     try:
-        return SamplerWeights(f16_copy(gguf, cache_dir, threads), f"an F16 copy: {reason}")
+        return SamplerWeights(f16_copy(gguf, cache_dir, threads), f"an F16 copy: {choice.reason}")
     except SamplerWeightsError as exc:
-        if any_quantized:  # asked for by name
+        if choice.f16_any:  # asked for by name
             raise
         log.warning("sampling from %s as shipped: %s", gguf.name, exc)
         return SamplerWeights(gguf, f"as shipped: the F16 copy failed ({exc})")
@@ -87,8 +87,7 @@ def f16_copy(gguf: Path, cache_dir: Path, threads: int = 1) -> Path:
         with FileLock(target.with_name(target.name + ".lock")):
             if target.is_file():  # another process wrote it while this one waited
                 return target
-            for stale in target.parent.glob(f".{target.name}.*.tmp"):  # a killed writer's
-                stale.unlink(missing_ok=True)
+            remove_stale_temporaries(target)  # a killed writer's (none runs now: the lock)
             with atomic_file(target, fsync=False) as partial:
                 _quantize_to_f16(gguf, partial, threads)
     except OSError as exc:  # a full disk, a read-only cache

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from swarmling.backends.atomic import atomic_file, atomic_folder, write_atomic
+from swarmling.backends.atomic import atomic_file, atomic_folder, remove_stale_temporaries, write_atomic
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -40,3 +40,15 @@ def test_a_folder_replaces_a_half_written_one_and_a_failed_one_leaves_nothing(tm
         (tmp / "part").write_text("x")
         raise KeyboardInterrupt
     assert sorted(p.name for p in tmp_path.iterdir()) == ["round-00000003"]
+
+
+def test_a_killed_writers_temporary_is_removed_and_nothing_else(tmp_path):
+    target = tmp_path / "model.gguf"
+    with pytest.raises(KeyboardInterrupt), atomic_file(target) as tmp:  # the name a writer uses
+        stale = tmp
+        raise KeyboardInterrupt
+    stale.write_bytes(b"half")  # as a writer killed by SIGKILL leaves it (no finally ran)
+    other = tmp_path / ".other.gguf.1.tmp"
+    other.write_bytes(b"x")
+    remove_stale_temporaries(target)
+    assert not stale.exists() and other.exists()

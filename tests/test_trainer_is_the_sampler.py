@@ -69,7 +69,7 @@ def test_an_f16_copy_of_the_shipped_file_samples_the_trainers_policy_and_is_made
     backends = {name: backend_factory(tmp_path / name, cpu_sampler=choice, optim=optim_settings(learning_rate=3e-4, warmup_steps=5))
                 for name, choice in (("shipped", CpuSamplerChoice()), ("f16", CpuSamplerChoice(f16=True, reason="asked")))}
     shipped, f16 = backends["shipped"], backends["f16"]
-    assert file_type(shipped.sampler_gguf) == 3 and file_type(f16.sampler_gguf) == 1
+    assert file_type(shipped.sampler_weights.path) == 3 and file_type(f16.sampler_weights.path) == 1
     assert "an F16 copy: asked" in f16.info().generator and "as shipped" in shipped.info().generator
     prompt = shipped.encode_prompt(ChatPrompt("Reply inside <answer></answer>.", "What is 5 + 3?", "<answer>"))
     samples = [TrainSample(prompt, shipped.tokenize(reply), advantage) for reply, advantage in
@@ -88,7 +88,7 @@ def test_an_f16_copy_of_the_shipped_file_samples_the_trainers_policy_and_is_made
     written = made.stat().st_mtime_ns
     assert f16_copy(shipped.settings.gguf, tmp_path / "cache") == made and made.stat().st_mtime_ns == written
     # An F16 file is sampled as it is.
-    as_is = sampler_weights(made, tmp_path / "other", 1, f16=True, any_quantized=True, reason="asked")
+    as_is = sampler_weights(made, tmp_path / "other", 1, CpuSamplerChoice(f16=True, f16_any=True, reason="asked"))
     assert as_is.path == made and "floating point already" in as_is.note
 
 
@@ -100,7 +100,7 @@ def test_a_copy_that_cannot_be_written_fails_where_asked_for_and_falls_back_unde
 
     monkeypatch.setattr(llama_cpp, "llama_model_quantize", lambda *a: 1)
     with pytest.raises(SamplerWeightsError, match="sampler_weights = 'shipped'"):
-        sampler_weights(gguf_path, tmp_path, 1, f16=True, any_quantized=True, reason="asked")
-    fallback = sampler_weights(gguf_path, tmp_path, 1, f16=True, any_quantized=False, reason="auto")
+        sampler_weights(gguf_path, tmp_path, 1, CpuSamplerChoice(f16=True, f16_any=True, reason="asked"))
+    fallback = sampler_weights(gguf_path, tmp_path, 1, CpuSamplerChoice(f16=True, reason="auto"))
     assert fallback.path == gguf_path and "the F16 copy failed" in fallback.note
     assert [f.name for f in (tmp_path / "sampler-models").iterdir() if f.suffix in (".gguf", ".tmp")] == []

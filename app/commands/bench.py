@@ -150,7 +150,7 @@ def _bench(node: Node, rounds: int) -> int:
     print(f"  raw llama.cpp, C sampler, no logprobs   {ref_tps:7.1f} tok/s ({ref_tokens} tokens in {ref_seconds:.2f} s)")
     print(f"  swarmling round (last round)            {round_tps:7.1f} tok/s  ratio {round_tps / ref_tps:.2f}  (target >= 0.90)")
     shipped = node.model.gguf if node.model is not None else None
-    if shipped is not None and Path(reference.path) != shipped:  # the sampler runs a copy (backend.sampler_weights)
+    if shipped is not None and reference.path != shipped:  # the sampler runs a copy (backend.sampler_weights)
         from ...backends.llama_cpp_generator import LlamaCppGenerator
 
         # Like for like: both without the adapter (the file as shipped has none loaded), both warm.
@@ -163,7 +163,7 @@ def _bench(node: Node, rounds: int) -> int:
         finally:
             as_shipped.close()
         print(f"  raw llama.cpp on the file as shipped      {tokens / seconds:7.1f} tok/s: the sampler's copy "
-              f"({Path(reference.path).name}) decodes in {copy_seconds / seconds:.2f}x its time (both without the adapter)")
+              f"({reference.path.name}) decodes in {copy_seconds / seconds:.2f}x its time (both without the adapter)")
     if reference.last_profile.total_s > 0:  # the last round's generation
         print(generation_profile(reference.last_profile))
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")
