@@ -5,10 +5,10 @@ source of truth: each checkpoint carries its round's record, and on start the lo
 with it — a torn last line (killed mid-write) is cut, records of rounds that never reached a
 checkpoint are dropped, and a record missing after a crash is re-appended.
 
-Bounded (issue 27): a record is 1.1-1.6 KB, so a node that runs for a year at a round a minute
-wrote ~700 MB. Once `metrics.jsonl` passes LIVE_MAX_BYTES (~1,500 rounds) it is rolled, before
-the next round's record is appended, into `metrics.jsonl.r<first>-<last>.gz` next to it (gzip:
-8x smaller); the newest KEEP_ARCHIVES are kept (~50,000 rounds, about a month of minute-long
+Bounded (issue 27): a record is 1.4-2.1 KB (mean 1.9 in assets/results/volunteer-500), so a node
+that runs for a year at a round a minute would write ~1 GB. Once `metrics.jsonl` passes
+LIVE_MAX_BYTES (~1,100 rounds) it is rolled, before the next round's record is appended, into `metrics.jsonl.r<first>-<last>.gz` next to it (gzip:
+8x smaller); the newest KEEP_ARCHIVES are kept (~36,000 rounds, about three weeks of minute-long
 rounds), the oldest dropped: at most ~10 MB whatever the run's length. Only checkpointed rounds
 are ever rolled (a checkpoint is written before its round's record), so reconciling touches the
 live file alone; `read_records` reads the history (archives, then the live file).

@@ -85,10 +85,9 @@ class TrainSection(_Section):
     # (CUDA backend only, when the GPU has room for weights + gradients + AdamW moments).
     mode: Literal["lora", "full"] = "lora"
     # AdamW's step size once warmed up: linearly from 0 over the first `warmup_steps` updates
-    # (Adam's moments are mostly noise until then). Chosen by measurement: docs/history.md, "Learning that
-    # lasts". The literature's range for LoRA RL on small batches, 5e-5 to 1e-4, learnt 2-3x slower
-    # here over the first 20 rounds (a 135M model; steps wait for the minimum batch, so they are
-    # fewer and bigger than a step a round); the minimum batch and the anchor hold it instead.
+    # (Adam's moments are mostly noise until then). Above the literature's range for LoRA RL on
+    # small batches (5e-5 to 1e-4): chosen on the right trainer, where 1e-4 learnt least
+    # (docs/learning.md, assets/results/defaults-screen-volunteer).
     learning_rate: float = Field(default=3e-4, gt=0, le=1.0)
     warmup_steps: int = Field(default=5, ge=0, le=100_000)
     # Step only once this many question-groups with right *and* wrong replies (a strict reward

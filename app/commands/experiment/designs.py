@@ -110,7 +110,8 @@ class Design:
         return round_no > self.burn_in
 
 
-# The base model's rates on the starter preset, measured here (docs/sharing.md, "Earlier"):
+# The base model's rates on the starter preset, measured when the levels were chosen (not committed;
+# each grid's own base.json holds the base model's score on its items):
 # near-greedy on 40 held-out items at levels 0-1 pooled (the set the levels were chosen on),
 # letter_counting 17.5%, basic_arithmetic 10%, chain_sum 10% (the others 0-2.5%: no signal to
 # share); on the specialists' own items at level 0 (its base.json) 10%, 20% and 2.5%; sampled at

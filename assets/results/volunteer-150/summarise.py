@@ -12,6 +12,7 @@ gradient norm over the rounds). metrics.jsonl may be gzipped (metrics.jsonl.gz).
 import gzip
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -48,6 +49,10 @@ for name, (evals, _) in runs.items():
         per = ", ".join(f"{d} {100 * v:.0f}" for d, v in e["per_dataset"].items())
         print(f"  {e['round']:>4}  {100 * acc:5.1f} % ± {100 * err:.1f}  (best {100 * best:.1f} %)  [{per}]")
     print(f"  largest drop below the best so far after round 30: {worst_drop:.1f} SE")
+    table = HERE / name / "table.md"  # the report's line: 'One fixed answer to every item scores chain_sum 10.0% ("7"), ...'
+    fixed = [float(x) for x in re.findall(r"([\d.]+)% \(\"", table.read_text())] if table.exists() else []
+    if fixed:
+        print(f"  the best fixed answer per dataset (table.md), mean over {len(fixed)} datasets: {fmean(fixed):.2f} %")
 
 try:
     import matplotlib
