@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import atomic_file
+from .llama_cpp_engine import gguf_metadata
 
 # Architectures whose GGUF conversion applies the rotary row permutation to q and k weights, and
 # those checked to need none. A wrong guess fails silently (the adapter just computes something
@@ -89,14 +90,6 @@ def write_gguf_lora(lora_state: Mapping[str, np.ndarray], shape: ModelShape, alp
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-
-
-def gguf_metadata(gguf_path: Path, *keys: str) -> dict[str, object]:
-    """Some of a GGUF file's metadata (memory-mapped: the tensors are not read); absent keys are left out."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(gguf_path))
-    return {k: reader.fields[k].contents() for k in keys if k in reader.fields}
 
 
 def model_shape(gguf_path: Path) -> ModelShape:

@@ -25,6 +25,7 @@ from pathlib import Path
 from .atomic import atomic_file, remove_stale_temporaries
 from .base import BackendUnavailable
 from .hf_from_gguf import gguf_fingerprint
+from .llama_cpp_engine import gguf_metadata
 from .settings import CpuSamplerChoice
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,6 @@ Q4_1_FILE_TYPE = 3
 
 def file_type(gguf: Path) -> int | None:
     """The GGUF's `general.file_type` (llama.cpp's LLAMA_FTYPE_*), None where it does not say."""
-    from .gguf_lora import gguf_metadata
-
     value = gguf_metadata(gguf, "general.file_type").get("general.file_type")
     return None if value is None else int(value)
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ....backends.atomic import atomic_folder
-from ....backends.gguf_lora import gguf_metadata
+from ....backends.llama_cpp_engine import gguf_metadata
 from ...config import Config
 from ...errors import NodeError
 from ...learning.prompt import PromptFormat
