@@ -72,7 +72,8 @@ def dial_author(network: SwarmNetwork, addr: str) -> dict:
 
     async def go() -> dict:
         started = time.monotonic()
-        why = await network.host._bundles._dial_one(addr)
+        authors = network.host._bundles._dial_author.__self__  # the host's AuthorDialer (dialer.py)
+        why = await authors._dial_one(addr)
         return {"ok": not why, "why": why, "s": round(time.monotonic() - started, 3)}
 
     return trio.from_thread.run(go, trio_token=network.host._trio._token)

@@ -1,4 +1,4 @@
-"""What a helper costs with N volunteers behind NATs: `python tests/lab_relay_load.py --nodes 20`.
+"""What a helper costs with N volunteers behind NATs: `python tests/lab_relay_load.py --nodes 16`.
 
 Needs root (the namespace lab, tests/netlab.py). Starts one helper on the simulated internet and
 N network-only nodes (tests/lab_peer.py: the real SwarmNetwork, no model) split over two home
@@ -6,7 +6,9 @@ NATs, each told only the helper's address. Every node shares one bundle of real 
 round and fetches what it heard, as a node's round does; the helper relays every fetch (every node
 is behind NAT). It prints the helper's figures each round (peers, slots, circuits, relayed bytes,
 wire bytes, RSS, CPU) and, at the end, the means over the measured rounds. The same figures are
-what `swarmling relay` prints and writes to relay.json.
+what `swarmling relay` prints and writes to relay.json. A helper gives one address at most
+SLOTS_PER_IP slots (app/swarm/nat/relay.py), so two homes hold at most 16 relayed nodes: more are
+refused here (a run with 20 left 4 that nobody could fetch from).
 """
 
 from __future__ import annotations
@@ -35,10 +37,15 @@ ask = functools.partial(ask_peer, timeout=60.0)  # 21 processes on 2 cores answe
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--round-s", type=float, default=15.0, help="seconds per round (default 15)")
     args = parser.parse_args()
+    from swarmling.app.swarm.nat.relay import SLOTS_PER_IP
+
+    if args.nodes > 2 * SLOTS_PER_IP:
+        parser.error(f"--nodes {args.nodes}: the lab's two homes hold at most {2 * SLOTS_PER_IP} relayed nodes "
+                     f"(a helper gives one address {SLOTS_PER_IP} slots)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the lab's teardown runs (namespaces removed)
     per_home = (args.nodes + 1) // 2
     with tempfile.TemporaryDirectory() as tmp, netlab(hosts_per_home=per_home) as lab:
