@@ -8,10 +8,11 @@ checkpoint are dropped, and a record missing after a crash is re-appended.
 Bounded (issue 27): a record is 1.4-2.1 KB (mean 1.9 in assets/results/volunteer-500), so a node
 that runs for a year at a round a minute would write ~1 GB. Once `metrics.jsonl` passes
 LIVE_MAX_BYTES (~1,100 rounds) it is rolled, before the next round's record is appended, into
-`metrics.jsonl.r<first>-<last>.gz` next to it (gzip: 8x smaller); the newest KEEP_ARCHIVES are
-kept (~36,000 rounds, about three weeks of minute-long rounds), the oldest dropped: at most ~10 MB whatever the run's length. Only checkpointed rounds
-are ever rolled (a checkpoint is written before its round's record), so reconciling touches the
-live file alone; `read_records` reads the history (archives, then the live file).
+`metrics.jsonl.r<first>-<last>.gz` next to it (gzip: 8x smaller); the newest KEEP_ARCHIVES are kept
+(~36,000 rounds, about three weeks of minute-long rounds), the oldest dropped: at most ~10 MB
+whatever the run's length. Only checkpointed rounds are ever rolled (a checkpoint is written before
+its round's record), so reconciling touches the live file alone; `read_records` reads the history
+(archives, then the live file).
 """
 
 from __future__ import annotations
