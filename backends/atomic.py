@@ -15,7 +15,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -55,6 +55,20 @@ def atomic_file(path: Path, *, fsync: bool = True, mode: int | None = None) -> I
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def made_once(target: Path, done: Callable[[], bool], make: Callable[[], None]) -> None:
+    """`make()` unless `done()`, by one process at a time: a lock file beside `target`, and `done()`
+    asked again once the lock is held (nodes started together on one machine make a cache entry
+    once; without the lock each replaced what another was loading)."""
+    if done():
+        return
+    from filelock import FileLock  # torch's and huggingface_hub's dependency
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(target.with_name(target.name + ".lock")):
+        if not done():  # another process made it while this one waited
+            make()
 
 
 def remove_stale_temporaries(path: Path) -> None:

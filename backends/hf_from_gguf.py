@@ -17,7 +17,7 @@ import logging
 import os
 from pathlib import Path
 
-from .atomic import atomic_folder
+from .atomic import atomic_folder, made_once
 
 log = logging.getLogger(__name__)
 
@@ -44,24 +44,19 @@ def is_converted(gguf: Path, cache_dir: Path) -> bool:
 
 
 def converted_folder(gguf: Path, cache_dir: Path) -> Path:
-    """The cached HF folder for `gguf`, converting it first if needed (atomic: temp dir + rename)."""
-    from filelock import FileLock  # torch's and huggingface_hub's dependency
-
+    """The cached HF folder for `gguf`, converting it first if needed (atomic: temp dir + rename;
+    one process at a time)."""
     gguf = Path(gguf).resolve()
     target = _target(gguf, cache_dir)
-    if (target / MARKER).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Nodes started together on one machine (an experiment's settings side by side) convert once:
-    # without the lock each replaced the folder another was loading from.
-    with FileLock(target.with_name(target.name + ".lock")):
-        if (target / MARKER).is_file():  # another process converted it while this one waited
-            return target
+
+    def convert() -> None:
         log.info("converting %s to a torch checkpoint (once; about a minute on a small CPU)", gguf.name)
         # A folder already at `target` is a half-written one from a crash (no marker): it is replaced.
         with atomic_folder(target, fsync=False, prefix=".convert-") as tmp:
             _convert(gguf, tmp)
             (tmp / MARKER).write_text(json.dumps({"source": str(gguf), "fingerprint": gguf_fingerprint(gguf)}))
+
+    made_once(target, (target / MARKER).is_file, convert)
     return target
 
 

@@ -22,10 +22,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import atomic_file, remove_stale_temporaries
+import llama_cpp as lc
+
+from .atomic import atomic_file, made_once, remove_stale_temporaries
 from .base import BackendUnavailable
 from .hf_from_gguf import gguf_fingerprint
-from .llama_cpp_engine import gguf_metadata
+from .llama_cpp_engine import gguf_metadata, silence_llama_logs
 from .settings import CpuSamplerChoice
 
 log = logging.getLogger(__name__)
@@ -75,20 +77,16 @@ def sampler_weights(gguf: Path, cache_dir: Path, threads: int, choice: CpuSample
 
 def f16_copy(gguf: Path, cache_dir: Path, threads: int = 1) -> Path:
     """An F16 copy of `gguf` under `cache_dir`, written once: atomically (a temporary file renamed
-    into place) and by one process at a time (nodes started together on one machine)."""
+    into place) and by one process at a time (`made_once`)."""
     target = cache_dir / "sampler-models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}.F16.gguf"
-    if target.is_file():
-        return target
-    from filelock import FileLock  # torch's and huggingface_hub's dependency
+
+    def write() -> None:
+        remove_stale_temporaries(target)  # a killed writer's (none runs now: made_once's lock)
+        with atomic_file(target, fsync=False) as partial:
+            _quantize_to_f16(gguf, partial, threads)
 
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(target.with_name(target.name + ".lock")):
-            if target.is_file():  # another process wrote it while this one waited
-                return target
-            remove_stale_temporaries(target)  # a killed writer's (none runs now: the lock)
-            with atomic_file(target, fsync=False) as partial:
-                _quantize_to_f16(gguf, partial, threads)
+        made_once(target, target.is_file, write)
     except OSError as exc:  # a full disk, a read-only cache
         raise SamplerWeightsError(f"cannot write an F16 copy of {gguf.name} in {target.parent} ({exc}); "
                                   "set backend.sampler_weights = 'shipped' to sample from the file itself") from None
@@ -96,10 +94,6 @@ def f16_copy(gguf: Path, cache_dir: Path, threads: int = 1) -> Path:
 
 
 def _quantize_to_f16(gguf: Path, out: Path, threads: int) -> None:
-    import llama_cpp as lc
-
-    from .llama_cpp_engine import silence_llama_logs
-
     silence_llama_logs()  # the conversion prints the model's metadata to stderr otherwise
     params = lc.llama_model_quantize_default_params()
     params.ftype = lc.LLAMA_FTYPE_MOSTLY_F16

@@ -30,6 +30,8 @@ import functools  # noqa: E402
 from lab_peer import ask as ask_peer  # noqa: E402
 from netlab import netlab  # noqa: E402
 
+from swarmling.app.swarm.nat.relay import SLOTS_PER_IP  # noqa: E402
+
 PEER = str(Path(__file__).with_name("lab_peer.py"))
 PORT = 4001
 ask = functools.partial(ask_peer, timeout=60.0)  # 21 processes on 2 cores answer slowly
@@ -41,8 +43,6 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--round-s", type=float, default=15.0, help="seconds per round (default 15)")
     args = parser.parse_args()
-    from swarmling.app.swarm.nat.relay import SLOTS_PER_IP
-
     if args.nodes > 2 * SLOTS_PER_IP:
         parser.error(f"--nodes {args.nodes}: the lab's two homes hold at most {2 * SLOTS_PER_IP} relayed nodes "
                      f"(a helper gives one address {SLOTS_PER_IP} slots)")

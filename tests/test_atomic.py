@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from swarmling.backends.atomic import atomic_file, atomic_folder, remove_stale_temporaries, write_atomic
+from swarmling.backends.atomic import atomic_file, atomic_folder, made_once, remove_stale_temporaries, write_atomic
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -52,3 +52,25 @@ def test_a_killed_writers_temporary_is_removed_and_nothing_else(tmp_path):
     other.write_bytes(b"x")
     remove_stale_temporaries(target)
     assert not stale.exists() and other.exists()
+
+
+def test_made_once_makes_once_among_concurrent_callers_and_not_when_done(tmp_path):
+    import threading
+    import time
+
+    target = tmp_path / "cache" / "model"
+    made = []
+
+    def make():
+        made.append(threading.get_ident())
+        time.sleep(0.2)  # the others reach the lock meanwhile
+        target.write_text("made")
+
+    callers = [threading.Thread(target=made_once, args=(target, target.is_file, make)) for _ in range(4)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(10)
+    assert len(made) == 1 and target.read_text() == "made"
+    made_once(target, target.is_file, lambda: made.append("again"))
+    assert len(made) == 1
