@@ -113,6 +113,19 @@ def test_evaluation_of_the_same_weights_agrees_with_itself(backend):
     assert set(first.per_dataset) == set(load_preset("starter").datasets)
 
 
+def test_the_eval_command_opens_a_trainer_that_neither_compiles_nor_tries_bf16():
+    from swarmling.app.commands.evaluate import scoring_only
+    from swarmling.app.config import load_config
+    from swarmling.app.hardware import detect
+    from swarmling.app.sizing import plan
+
+    config = load_config(None, cli=[("backend.kind", "cpu"), ("train.cpu_compile", "on"), ("train.cpu_bf16", "on")])
+    preset = load_preset(config.round.preset)
+    assert plan(config, detect(), preset).build.cpu_trainer.compiler is not None  # what a node would run
+    trainer = plan(scoring_only(config), detect(), preset).build.cpu_trainer
+    assert trainer.compiler is None and not trainer.bf16
+
+
 @pytest.mark.slow
 def test_the_eval_command_scores_the_base_model(tmp_path):
     out = subprocess.run([sys.executable, "-m", "swarmling.app", "--home", str(tmp_path), "eval", "--json",

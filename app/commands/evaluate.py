@@ -37,6 +37,7 @@ def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bo
         checkpoint = newest.path if newest is not None else None
     if checkpoint is not None and not (checkpoint / ADAPTER_CONFIG).exists():
         raise NodeError(f"{checkpoint} is not a swarmling checkpoint (no {ADAPTER_CONFIG} in it)")
+    config = scoring_only(config)
     hardware = detect()
     preset = load_preset(config.round.preset)
     model = resolve_model(config.model.name, paths.cache_dir)
@@ -81,6 +82,14 @@ def eval_command(config: Config, paths: Paths, checkpoint: Path | None, base: bo
         if at is not None:
             print(f"  at the levels it trains on: {at.accuracy:.1%} ({at.items} items)")
     return 0
+
+
+def scoring_only(config: Config) -> Config:
+    """The config an eval opens its backend with. An eval never trains: its trainer only carries a
+    checkpoint's adapter to the sampler. So it neither builds the compiled training graphs (minutes
+    of a second core on a cold cache, beside the scoring) nor checks a bf16 base it never uses."""
+    train = config.train.model_copy(update={"cpu_compile": "off", "cpu_bf16": "off"})
+    return config.model_copy(update={"train": train})
 
 
 def _trained_levels(checkpoint: Path, preset) -> dict[str, int] | None:
