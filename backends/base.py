@@ -230,6 +230,7 @@ class ReferenceDecoder(Protocol):
 
     last_profile: GenerationProfile
     path: Path  # the GGUF file it decodes with
+    adapter_path: Path | None  # the LoRA adapter it decodes with, if any
 
     def reference_decode(
         self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0

@@ -184,6 +184,11 @@ class LlamaCppEngine:
             self._ctx = None
 
     # ---- LoRA hot-swap -----------------------------------------------------------------------
+    @property
+    def adapter_path(self) -> Path | None:
+        """The LoRA adapter file loaded (applied outside `base_weights` blocks), or None."""
+        return self._adapter_path
+
     def set_adapter(self, path: Path | None) -> None:
         """Swap the LoRA adapter without reloading the base weights (None removes it)."""
         new = None

@@ -157,13 +157,21 @@ def _bench(node: Node, rounds: int) -> int:
         with node.backend.base_sampling() or contextlib.nullcontext():
             _, copy_seconds = reference.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)
         as_shipped = LlamaCppGenerator(shipped, node.sizing.build.threads)
+        adapted_seconds = None  # the file as shipped with the node's adapter, as the copy ran above
         try:
             as_shipped.reference_decode(prompt_ids[:1], 1, [[2]], settings.temperature, 11)  # pages its weights in
             tokens, seconds = as_shipped.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)
+            if reference.adapter_path is not None:
+                as_shipped.set_adapter(reference.adapter_path)
+                _, adapted_seconds = as_shipped.reference_decode(prompt_ids, settings.completions, lengths,
+                                                                 settings.temperature, 11)
         finally:
             as_shipped.close()
         print(f"  raw llama.cpp on the file as shipped      {tokens / seconds:7.1f} tok/s: the sampler's copy "
               f"({reference.path.name}) decodes in {copy_seconds / seconds:.2f}x its time (both without the adapter)")
+        if adapted_seconds is not None:
+            print(f"  ... both with the node's adapter          {tokens / adapted_seconds:7.1f} tok/s on the file as "
+                  f"shipped: the copy in {ref_seconds / adapted_seconds:.2f}x its time")
     if reference.last_profile.total_s > 0:  # the last round's generation
         print(generation_profile(reference.last_profile))
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")
