@@ -230,7 +230,11 @@ class ReferenceDecoder(Protocol):
 
     last_profile: GenerationProfile
     path: Path  # the GGUF file it decodes with
-    adapter_path: Path | None  # the LoRA adapter it decodes with, if any
+
+    @property
+    def adapter_path(self) -> Path | None:
+        """The LoRA adapter it decodes with, if any."""
+        ...
 
     def reference_decode(
         self, prompt_ids: Sequence[Sequence[int]], n: int, lengths: Sequence[Sequence[int]], temperature: float, seed: int = 0

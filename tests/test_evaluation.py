@@ -121,7 +121,8 @@ def test_the_eval_command_opens_a_trainer_that_neither_compiles_nor_tries_bf16()
 
     config = load_config(None, cli=[("backend.kind", "cpu"), ("train.cpu_compile", "on"), ("train.cpu_bf16", "on")])
     preset = load_preset(config.round.preset)
-    assert plan(config, detect(), preset).build.cpu_trainer.compiler is not None  # what a node would run
+    node = plan(config, detect(), preset).build.cpu_trainer  # what a node would run
+    assert node.compiler is not None and node.bf16
     trainer = plan(scoring_only(config), detect(), preset).build.cpu_trainer
     assert trainer.compiler is None and not trainer.bf16
 

@@ -20,7 +20,8 @@ The reference decodes exactly the token counts the round produced (same prompts,
 sequences, each stopping where the round's did) with llama.cpp's own C sampler and no logprobs,
 so the ratio measures what the node's sampling with logprobs costs on top of llama.cpp itself.
 Where the sampler runs an F16 copy of the model's file (`backend.sampler_weights`), the reference
-decodes the same lengths on the file as shipped too: what the copy saves, in the same run.
+decodes the same lengths on the file as shipped too, without the adapter and with it, alternated
+and repeated: what the copy saves, in the same run, and what the adapter costs each file.
 Targets: generation ≥ 0.9 of the reference, adapter hand-off < 1 s. Runs in a throwaway home,
 so the user's checkpoints are never touched.
 """
@@ -43,7 +44,7 @@ from ..paths import Paths, resolve_paths
 from ..events import PHASES
 from ..learning.draws import RoundDraws
 from ..learning.round import run_round, training_samples
-from ...backends.base import Backend, GenerationProfile, TrainerSwitches, TrainSample
+from ...backends.base import Backend, GenerationProfile, ReferenceDecoder, TrainerSwitches, TrainSample
 from ...backends.registry import backend_kind
 from ...backends.torch_compile import graphs_compiled
 from .arguments import Invocation, add_config_flags, positive
@@ -151,33 +152,62 @@ def _bench(node: Node, rounds: int) -> int:
     print(f"  swarmling round (last round)            {round_tps:7.1f} tok/s  ratio {round_tps / ref_tps:.2f}  (target >= 0.90)")
     shipped = node.model.gguf if node.model is not None else None
     if shipped is not None and reference.path != shipped:  # the sampler runs a copy (backend.sampler_weights)
-        from ...backends.llama_cpp_generator import LlamaCppGenerator
-
-        # Like for like: both without the adapter (the file as shipped has none loaded), both warm.
-        with node.backend.base_sampling() or contextlib.nullcontext():
-            _, copy_seconds = reference.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)
-        as_shipped = LlamaCppGenerator(shipped, node.sizing.build.threads)
-        adapted_seconds = None  # the file as shipped with the node's adapter, as the copy ran above
-        try:
-            as_shipped.reference_decode(prompt_ids[:1], 1, [[2]], settings.temperature, 11)  # pages its weights in
-            tokens, seconds = as_shipped.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)
-            if reference.adapter_path is not None:
-                as_shipped.set_adapter(reference.adapter_path)
-                _, adapted_seconds = as_shipped.reference_decode(prompt_ids, settings.completions, lengths,
-                                                                 settings.temperature, 11)
-        finally:
-            as_shipped.close()
-        print(f"  raw llama.cpp on the file as shipped      {tokens / seconds:7.1f} tok/s: the sampler's copy "
-              f"({reference.path.name}) decodes in {copy_seconds / seconds:.2f}x its time (both without the adapter)")
-        if adapted_seconds is not None:
-            print(f"  ... both with the node's adapter          {tokens / adapted_seconds:7.1f} tok/s on the file as "
-                  f"shipped: the copy in {ref_seconds / adapted_seconds:.2f}x its time")
+        print(copy_against_shipped(node, reference, shipped, prompt_ids, lengths, settings))
     if reference.last_profile.total_s > 0:  # the last round's generation
         print(generation_profile(reference.last_profile))
     print(f"adapter hand-off (convert + hot-swap)     {handoff:7.3f} s  (target < 1 s)")
     return 0
 
 
+
+
+COMPARISON_REPEATS = 3  # each of the four decodes, alternated: the median of each
+
+
+def copy_against_shipped(node: Node, reference: ReferenceDecoder, shipped: Path, prompt_ids, lengths, settings) -> str:
+    """The sampler's copy against the file as shipped, on the same prompts and lengths, both warm,
+    without the adapter and with the one the sampler holds (an adapter of the node's shape: what
+    it costs llama.cpp does not depend on its values). The four decodes alternate, repeated, so
+    that no file is always the one timed first or after the other."""
+    from ...backends.llama_cpp_generator import LlamaCppError, LlamaCppGenerator
+
+    adapter = reference.adapter_path
+    as_shipped = LlamaCppGenerator(shipped, node.sizing.build.threads)
+    times: dict[str, list[float]] = {"copy": [], "shipped": [], "copy+adapter": [], "shipped+adapter": []}
+    note = ""
+
+    def decode(decoder) -> float:
+        return decoder.reference_decode(prompt_ids, settings.completions, lengths, settings.temperature, 11)[1]
+
+    try:
+        as_shipped.reference_decode(prompt_ids[:1], 1, [[2]], settings.temperature, 11)  # pages its weights in
+        for _ in range(COMPARISON_REPEATS):
+            with node.backend.base_sampling() or contextlib.nullcontext():
+                times["copy"].append(decode(reference))
+            as_shipped.set_adapter(None)
+            times["shipped"].append(decode(as_shipped))
+            if adapter is None or note:
+                continue
+            times["copy+adapter"].append(decode(reference))
+            try:
+                as_shipped.set_adapter(adapter)
+            except LlamaCppError as exc:
+                note = f"  (the file as shipped refused the adapter: {exc})"
+                continue
+            times["shipped+adapter"].append(decode(as_shipped))
+    finally:
+        as_shipped.close()
+    tokens = sum(map(sum, lengths))
+    median = {k: statistics.median(v) for k, v in times.items() if v}
+    lines = [f"  raw llama.cpp on the file as shipped      {tokens / median['shipped']:7.1f} tok/s: the sampler's copy "
+             f"({reference.path.name}) decodes in {median['copy'] / median['shipped']:.2f}x its time "
+             f"(both without the adapter; medians of {COMPARISON_REPEATS}, alternated)"]
+    if "shipped+adapter" in median:
+        lines.append(f"  ... both with the sampler's adapter       {tokens / median['shipped+adapter']:7.1f} tok/s on the "
+                     f"file as shipped: the copy in {median['copy+adapter'] / median['shipped+adapter']:.2f}x its time "
+                     f"(the adapter adds {median['copy+adapter'] / median['copy'] - 1:+.0%} to the copy, "
+                     f"{median['shipped+adapter'] / median['shipped'] - 1:+.0%} to the file as shipped)")
+    return "\n".join(lines) + (f"\n{note}" if note else "")
 
 MIN_STEADY_ROUNDS = 3  # a median of fewer is one round's length, not the machine's rate
 
