@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from fakes import FakeBackend
 
-from swarmling.app.commands import bench
+from swarmling.app.commands import bench, bench_generation
 from swarmling.app.commands.bench import _compare_training, reset_peak_rss
 from swarmling.backends.base import TrainerSwitches, TrainSample
 
@@ -169,10 +169,10 @@ def test_the_decode_step_cost_is_split_into_a_fixed_part_and_a_part_per_live_rep
 
     live = [64, 40, 20, 8, 4, 2, 2]
     profile = GenerationProfile(live_per_step=live, seconds_per_step=[(20 + 5 * n) / 1e3 for n in live])
-    fixed, per_reply, tail = bench.step_cost(profile)
+    fixed, per_reply, tail = bench_generation.step_cost(profile)
     assert fixed == pytest.approx(20) and per_reply == pytest.approx(5)
     assert tail == pytest.approx((40 + 30 + 30) / 1e3)  # the steps with 4 or fewer live
-    assert "a step costs 20.0 ms + 5.00 ms a live reply" in bench.generation_profile(
+    assert "a step costs 20.0 ms + 5.00 ms a live reply" in bench_generation.generation_profile(
         GenerationProfile(prefill_s=0.1, prefill_tokens=10, decode_s=sum(profile.seconds_per_step), total_s=1.0,
                           live_per_step=live, seconds_per_step=profile.seconds_per_step))
-    assert bench.step_cost(GenerationProfile(live_per_step=[3, 3], seconds_per_step=[0.1, 0.1])) is None
+    assert bench_generation.step_cost(GenerationProfile(live_per_step=[3, 3], seconds_per_step=[0.1, 0.1])) is None
