@@ -1,7 +1,10 @@
-"""Anonymous memory of a CPU node, mapping by mapping, after start and after a round."""
+"""Anonymous memory of a CPU node, mapping by mapping, after start and after a round.
+
+    python memory_dump.py            # waits for the compiled graphs (bf16 here), as bench does
+    python memory_dump.py --eager    # its rounds train eager fp32 while the graphs build
+"""
 import sys, tempfile, re
 from dataclasses import replace
-from swarmling.app.commands.arguments import *  # noqa
 from swarmling.app.config import load_config
 from swarmling.app.paths import resolve_paths
 from swarmling.app.node.loop import Node
@@ -34,8 +37,9 @@ with tempfile.TemporaryDirectory() as tmp:
     node = Node(bench_config(config), replace(resolve_paths(tmp), cache_dir=__import__("pathlib").Path("/root/.cache/swarmling")))
     node.start()
     dump("after start")
-    import time; t=time.time(); node.backend.set_switches(node.backend.switches()); print("waited", time.time()-t)
-    dump("compiled")
+    if "--eager" not in sys.argv[1:]:
+        import time; t=time.time(); node.backend.set_switches(node.backend.switches()); print("waited", time.time()-t)
+        dump("compiled")
     settings = replace(node.round_settings(), min_signal_groups=0)
     for i in (1, 2):
         out = run_round(i, node.backend, node.preset, node.curriculum, settings, RoundDraws(node.seed, i))
