@@ -5,9 +5,20 @@ model between the two; `TorchLoraTrainer` (torch_lora.py) runs its passes under 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import torch
+
+# oneDNN runs torch's bf16 matmuls on CPUs with AVX-512 BF16 or AMX and keeps each primitive it
+# creates (one per matmul shape and direction, with its own buffers) in a cache of 1,024 by
+# default. A node's microbatches come in ever new token counts, so that cache only grew: +300 MiB
+# resident by bench's sixth round, a 2.26 GB peak. 32 keep a microbatch's shapes through its
+# layers, forward and backward: peak 1.99 GB, and a step creates its shapes' primitives afresh
+# (~0.3 s on a small step, lost in the noise on larger ones; assets/results/memory-amx/onednn-cache.md).
+# Read at oneDNN's first primitive, so set on import; a value already in the environment wins.
+ONEDNN_PRIMITIVES = 32
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVES))
 
 FP32_ATTENTION = "swarmling_sdpa_fp32"  # the attention a bf16 base runs (see _sdpa_in_fp32)
 
