@@ -14,8 +14,8 @@ import torch
 # creates (one per matmul shape and direction, with its own buffers) in a cache of 1,024 by
 # default. A node's microbatches come in ever new token counts, so that cache only grew: +300 MiB
 # resident by bench's sixth round, a 2.26 GB peak. 32 keep a microbatch's shapes through its
-# layers, forward and backward: peak 1.99 GB, and a step creates its shapes' primitives afresh
-# (~0.3 s on a small step, lost in the noise on larger ones; assets/results/memory-amx/onednn-cache.md).
+# layers, forward and backward: peak 1.99 GB, for 0.19-0.36 s more primitive creation a step
+# (assets/results/memory-amx/onednn-cache.md, assets/results/step-profile-amx/).
 # Read at oneDNN's first primitive, so set on import; a value already in the environment wins.
 ONEDNN_PRIMITIVES = 32
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVES))
