@@ -10,15 +10,17 @@ from pathlib import Path
 
 import torch
 
-# oneDNN runs torch's bf16 matmuls on CPUs with AVX-512 BF16 or AMX and keeps each primitive it
+# oneDNN runs torch's bf16 matmuls on CPUs with AVX-512 (natively with AVX-512 BF16 or AMX) and keeps each primitive it
 # creates (one per matmul shape and direction, with its own buffers) in a cache of 1,024 by
 # default. A node's microbatches come in ever new token counts, so that cache only grew: +300 MiB
 # resident by bench's sixth round, a 2.26 GB peak. 32 keep a microbatch's shapes through its
 # layers, forward and backward: peak 1.99 GB, for 0.19-0.36 s more primitive creation a step
 # (assets/results/memory-amx/onednn-cache.md, assets/results/step-profile-amx/).
-# Read at oneDNN's first primitive, so set on import; a value already in the environment wins.
+# Read at oneDNN's first primitive, so set on import (torch_lora imports this before any pass); a
+# value the volunteer set wins, under either of oneDNN's spellings (it reads ONEDNN_ before DNNL_).
 ONEDNN_PRIMITIVES = 32
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVES))
+if not {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY"} & os.environ.keys():
+    os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(ONEDNN_PRIMITIVES)
 
 FP32_ATTENTION = "swarmling_sdpa_fp32"  # the attention a bf16 base runs (see _sdpa_in_fp32)
 

@@ -81,6 +81,8 @@ def main() -> None:
 
     # Smaller than --tiny (2 questions x 2 replies of at most 4 tokens, one held-out item): what is
     # checked is which packages a round imports, and the CUDA code's fp32 torch on a CPU is slow.
+    # A round whose replies all score alike takes no step; the trainer is built (and its modules
+    # imported) with the backend either way.
     design = replace(DESIGNS["rare-success"], rounds=1, eval_every=1, burn_in=0, eval_items=1)
     options = ExperimentOptions(design=design, out=out, nodes=2, rounds=1, seeds=1, tiny=True, threads=2,
                                 overrides=(("train.min_signal_groups", 0), ("round.questions", 2),

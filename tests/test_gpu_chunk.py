@@ -127,7 +127,8 @@ def test_the_chunk_runs_resumable_pieces_of_an_experiment_and_sends_back_what_to
     # The trainer's layers uncompiled: an experiment's nodes read no environment, so conftest's
     # setting does not reach them, and a cold compile was 4 of this test's 6 minutes (compiling is
     # what test_compile_warmup.py and test_shared_prefix.py test).
-    # Rounds smaller than --tiny's, at both cores: what is checked is the chunk's pieces, not the rounds.
+    # Rounds smaller than --tiny's, at both cores: what is checked is the chunk's pieces, not the
+    # rounds (the design's 40 held-out items a node are still scored: no flag makes them fewer).
     flags = ("--tiny", "--nodes", "2", "--rounds", "1", "--seeds", "1", "--burn-in", "0", "--eval-every", "1",
              "--threads", "2", "--set", "train.cpu_compile=off", "--set", "round.questions=2",
              "--set", "round.completions=2", "--set", "round.max_new_tokens=4")
