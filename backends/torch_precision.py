@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-# oneDNN runs torch's bf16 matmuls on CPUs with AVX-512 (natively with AVX-512 BF16 or AMX) and keeps each primitive it
-# creates (one per matmul shape and direction, with its own buffers) in a cache of 1,024 by
-# default. A node's microbatches come in ever new token counts, so that cache only grew: +300 MiB
-# resident by bench's sixth round, a 2.26 GB peak. 32 keep a microbatch's shapes through its
-# layers, forward and backward: peak 1.99 GB, for 0.19-0.36 s more primitive creation a step
+# oneDNN runs torch's bf16 matmuls on CPUs with AVX-512 (natively with AVX-512 BF16 or AMX) and
+# keeps each primitive it creates (one per matmul shape and direction, with its own buffers) in a
+# cache of 1,024 by default. A node's microbatches come in ever new token counts, so that cache
+# only grew: +300 MiB resident by bench's sixth round, a 2.26 GB peak. At 32: peak 1.99 GB (one
+# six-round bench), for 0.19-0.36 s more primitive creation a step, with no thrashing
 # (assets/results/memory-amx/onednn-cache.md, assets/results/step-profile-amx/).
 # Read at oneDNN's first primitive, so set on import (torch_lora imports this before any pass); a
 # value the volunteer set wins, under either of oneDNN's spellings (it reads ONEDNN_ before DNNL_).
